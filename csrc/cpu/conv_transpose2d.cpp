@@ -1,0 +1,92 @@
+// conv_transpose2d on the CPU: per (sample, group) one GEMM  cols = W_g^T · X_g  (K = C_in / groups)
+// followed by a col2im scatter-add of cols[C_out_g * kH * kW, H * W] into the output planes.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "cpu/cpu_kernels.h"
+#include "shapes.h"
+
+namespace myops {
+namespace {
+
+// Adds the GEMM rows of output channel c (one row per kernel tap) into its output plane.
+template <typename T>
+void col2im_add_channel(const T* cols, int64_t c, T* out_plane, const ConvTranspose2dParams& p) {
+  const int64_t HW = p.H * p.W;
+  for (int64_t kh = 0; kh < p.kH; ++kh) {
+    const TapRange rh = tap_input_range(p.H, p.OH, p.sH, p.pH, kh * p.dH);
+    for (int64_t kw = 0; kw < p.kW; ++kw) {
+      const TapRange rw = tap_input_range(p.W, p.OW, p.sW, p.pW, kw * p.dW);
+      const T* tap_row = cols + ((c * p.kH + kh) * p.kW + kw) * HW;
+      const int64_t ow0 = kw * p.dW - p.pW;
+      for (int64_t ih = rh.lo; ih < rh.hi; ++ih) {
+        T* out_row = out_plane + (ih * p.sH - p.pH + kh * p.dH) * p.OW;
+        const T* in_row = tap_row + ih * p.W;
+        if (p.sW == 1) {
+          for (int64_t iw = rw.lo; iw < rw.hi; ++iw) out_row[iw + ow0] += in_row[iw];
+        } else {
+          for (int64_t iw = rw.lo; iw < rw.hi; ++iw) out_row[iw * p.sW + ow0] += in_row[iw];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias,
+                                    const ConvTranspose2dParams& p) {
+  const auto ct = compute_dtype(input.scalar_type());
+  const at::Tensor x = input.to(ct).contiguous();
+  const at::Tensor w = weight.to(ct).contiguous();
+  at::Tensor out = at::empty({p.N, p.C_out, p.OH, p.OW}, x.options());
+  if (p.N == 0) return out;
+  const at::Tensor b = bias.has_value() ? bias->to(ct).contiguous() : at::Tensor();
+  const int64_t taps = p.kH * p.kW, HW = p.H * p.W, plane = p.OH * p.OW;
+  at::Tensor cols = at::empty({p.C_out_g * taps, HW}, x.options());
+
+  AT_DISPATCH_FLOATING_TYPES(ct, "myops::conv_transpose2d (CPU)", [&] {
+    scalar_t* out_ptr = out.data_ptr<scalar_t>();
+    const scalar_t* bias_ptr = b.defined() ? b.const_data_ptr<scalar_t>() : nullptr;
+    for (int64_t n = 0; n < p.N; ++n) {
+      for (int64_t g = 0; g < p.groups; ++g) {
+        const at::Tensor x_g = x[n].narrow(0, g * p.C_in_g, p.C_in_g).view({p.C_in_g, HW});
+        const at::Tensor w_g =
+            w.narrow(0, g * p.C_in_g, p.C_in_g).view({p.C_in_g, p.C_out_g * taps});
+        at::mm_out(cols, w_g.t(), x_g);
+        const scalar_t* cols_ptr = cols.const_data_ptr<scalar_t>();
+        at::parallel_for(0, p.C_out_g, 1, [&](int64_t c_begin, int64_t c_end) {
+          for (int64_t c = c_begin; c < c_end; ++c) {
+            const int64_t oc = g * p.C_out_g + c;
+            scalar_t* out_plane = out_ptr + (n * p.C_out + oc) * plane;
+            std::fill(out_plane, out_plane + plane, bias_ptr ? bias_ptr[oc] : scalar_t(0));
+            col2im_add_channel(cols_ptr, c, out_plane, p);
+          }
+        });
+      }
+    }
+  });
+  return out;
+}
+
+namespace {
+
+at::Tensor conv_transpose2d_cpu(const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                int64_t groups, at::IntArrayRef dilation) {
+  const ConvTranspose2dParams p = check_conv_transpose2d(
+      "conv_transpose2d", input, weight, bias, stride, padding, output_padding, groups, dilation);
+  return conv_transpose2d_compute(input, weight, bias, p)
+      .to(input.scalar_type())
+      .contiguous(output_memory_format(input));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(myops, CPU, m) { m.impl("conv_transpose2d", &conv_transpose2d_cpu); }
+
+}  // namespace myops

@@ -1,0 +1,146 @@
+#include "shapes.h"
+
+#include <ATen/ATen.h>
+
+namespace myops {
+namespace {
+
+void check_pair(const char* op, const char* arg, at::IntArrayRef v) {
+  MYOPS_CHECK_ARG(v.size() == 2, op, arg, "must have 2 elements (height, width), got ", v.size());
+}
+
+void check_same_device_dtype(const char* op, const char* arg, const at::Tensor& t,
+                             const at::Tensor& input) {
+  MYOPS_CHECK_ARG(t.device() == input.device(), op, arg, "is on ", t.device(),
+                  " but 'input' is on ", input.device());
+  MYOPS_CHECK_ARG(t.scalar_type() == input.scalar_type(), op, arg, "has dtype ", t.scalar_type(),
+                  " but 'input' has dtype ", input.scalar_type());
+}
+
+void check_vector(const char* op, const char* arg, const at::Tensor& t, const at::Tensor& input,
+                  int64_t expected_len, const char* what) {
+  check_same_device_dtype(op, arg, t, input);
+  MYOPS_CHECK_ARG(t.dim() == 1 && t.size(0) == expected_len, op, arg,
+                  "must be a 1-D tensor of ", expected_len, " elements (", what, "), got shape ",
+                  t.sizes());
+}
+
+}  // namespace
+
+void check_floating(const char* op, const char* arg, const at::Tensor& t) {
+  const auto dt = t.scalar_type();
+  MYOPS_CHECK_ARG(dt == at::kFloat || dt == at::kDouble || dt == at::kHalf || dt == at::kBFloat16,
+                  op, arg, "must be float32, float64, float16 or bfloat16, got ", dt);
+}
+
+ConvTranspose2dParams check_conv_transpose2d(const char* op, const at::Tensor& input,
+                                             const at::Tensor& weight,
+                                             const std::optional<at::Tensor>& bias,
+                                             at::IntArrayRef stride, at::IntArrayRef padding,
+                                             at::IntArrayRef output_padding, int64_t groups,
+                                             at::IntArrayRef dilation) {
+  MYOPS_CHECK_ARG(input.dim() == 4, op, "input",
+                  "must be a 4-D tensor [N, C_in, H, W], got ", input.dim(), "-D");
+  MYOPS_CHECK_ARG(weight.dim() == 4, op, "weight",
+                  "must be a 4-D tensor [C_in, C_out / groups, kH, kW], got ", weight.dim(), "-D");
+  check_floating(op, "input", input);
+  check_same_device_dtype(op, "weight", weight, input);
+  check_pair(op, "stride", stride);
+  check_pair(op, "padding", padding);
+  check_pair(op, "output_padding", output_padding);
+  check_pair(op, "dilation", dilation);
+  for (int i = 0; i < 2; ++i) {
+    MYOPS_CHECK_ARG(stride[i] > 0, op, "stride", "must be positive, got ", stride);
+    MYOPS_CHECK_ARG(dilation[i] > 0, op, "dilation", "must be positive, got ", dilation);
+    MYOPS_CHECK_ARG(padding[i] >= 0, op, "padding", "must be non-negative, got ", padding);
+    MYOPS_CHECK_ARG(output_padding[i] >= 0, op, "output_padding", "must be non-negative, got ",
+                    output_padding);
+    MYOPS_CHECK_ARG(output_padding[i] < stride[i] || output_padding[i] < dilation[i], op,
+                    "output_padding", "must be smaller than either stride or dilation, got ",
+                    "output_padding=", output_padding, ", stride=", stride, ", dilation=",
+                    dilation);
+  }
+  MYOPS_CHECK_ARG(groups > 0, op, "groups", "must be positive, got ", groups);
+
+  ConvTranspose2dParams p;
+  p.N = input.size(0);
+  p.C_in = input.size(1);
+  p.H = input.size(2);
+  p.W = input.size(3);
+  MYOPS_CHECK_ARG(p.C_in > 0 && p.H > 0 && p.W > 0, op, "input",
+                  "must have non-zero channel and spatial sizes, got shape ", input.sizes());
+  MYOPS_CHECK_ARG(p.C_in % groups == 0, op, "groups", "must divide the ", p.C_in,
+                  " input channels, got groups=", groups);
+  MYOPS_CHECK_ARG(weight.size(0) == p.C_in, op, "weight", "must have size(0) == C_in = ", p.C_in,
+                  " (layout [C_in, C_out / groups, kH, kW]), got shape ", weight.sizes());
+  MYOPS_CHECK_ARG(weight.size(1) > 0 && weight.size(2) > 0 && weight.size(3) > 0, op, "weight",
+                  "must have non-zero C_out / groups and kernel sizes, got shape ",
+                  weight.sizes());
+  p.groups = groups;
+  p.C_in_g = p.C_in / groups;
+  p.C_out_g = weight.size(1);
+  p.C_out = p.C_out_g * groups;
+  p.kH = weight.size(2);
+  p.kW = weight.size(3);
+  p.sH = stride[0];
+  p.sW = stride[1];
+  p.pH = padding[0];
+  p.pW = padding[1];
+  p.opH = output_padding[0];
+  p.opW = output_padding[1];
+  p.dH = dilation[0];
+  p.dW = dilation[1];
+  p.OH = conv_transpose_out_size(p.H, p.kH, p.sH, p.pH, p.opH, p.dH);
+  p.OW = conv_transpose_out_size(p.W, p.kW, p.sW, p.pW, p.opW, p.dW);
+  MYOPS_CHECK_ARG(p.OH > 0 && p.OW > 0, op, "padding", "is too large: the output size would be ",
+                  p.OH, "x", p.OW, " for input ", p.H, "x", p.W, ", kernel ", p.kH, "x", p.kW,
+                  ", stride ", stride, ", padding ", padding, ", dilation ", dilation);
+  if (bias.has_value()) {
+    check_vector(op, "bias", *bias, input, p.C_out, "one per output channel");
+  }
+  return p;
+}
+
+GeluApprox check_gelu_approximate(const char* op, c10::string_view approximate) {
+  if (approximate == "none") return GeluApprox::None;
+  if (approximate == "tanh") return GeluApprox::Tanh;
+  MYOPS_CHECK_ARG(false, op, "approximate", "must be 'none' or 'tanh', got '",
+                  std::string(approximate.data(), approximate.size()), "'");
+  return GeluApprox::None;
+}
+
+void check_group_norm_channels(const char* op, const at::Tensor& reference, int64_t channels,
+                               int64_t num_groups, const std::optional<at::Tensor>& weight,
+                               const std::optional<at::Tensor>& bias, const char* weight_name,
+                               const char* bias_name) {
+  MYOPS_CHECK_ARG(num_groups > 0, op, "num_groups", "must be positive, got ", num_groups);
+  MYOPS_CHECK_ARG(channels % num_groups == 0, op, "num_groups", "must divide the ", channels,
+                  " channels, got num_groups=", num_groups);
+  if (weight.has_value()) {
+    check_vector(op, weight_name, *weight, reference, channels, "one per channel");
+  }
+  if (bias.has_value()) {
+    check_vector(op, bias_name, *bias, reference, channels, "one per channel");
+  }
+}
+
+void check_group_norm(const char* op, const at::Tensor& input, int64_t num_groups,
+                      const std::optional<at::Tensor>& weight,
+                      const std::optional<at::Tensor>& bias, const char* weight_name,
+                      const char* bias_name) {
+  MYOPS_CHECK_ARG(input.dim() >= 2, op, "input", "must have at least 2 dimensions [N, C, *], got ",
+                  input.dim(), "-D");
+  check_floating(op, "input", input);
+  check_group_norm_channels(op, input, input.size(1), num_groups, weight, bias, weight_name,
+                            bias_name);
+}
+
+at::MemoryFormat output_memory_format(const at::Tensor& input) {
+  if (input.dim() == 4 && !input.is_contiguous() &&
+      input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    return at::MemoryFormat::ChannelsLast;
+  }
+  return at::MemoryFormat::Contiguous;
+}
+
+}  // namespace myops

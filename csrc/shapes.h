@@ -1,0 +1,48 @@
+#pragma once
+// Output sizes and argument checks for every myops op: the one place where they are written, shared
+// by the CPU and CUDA bindings. Every failed check raises a c10::Error whose message starts with
+// "myops::<op>: argument '<name>'" so that a user sees which op and which argument were wrong.
+#include <ATen/core/Tensor.h>
+#include <c10/util/string_view.h>
+
+#include <optional>
+
+#include "common/conv_params.h"
+#include "common/gelu_math.h"
+
+#define MYOPS_CHECK_ARG(cond, op, arg, ...) \
+  TORCH_CHECK((cond), "myops::", op, ": argument '", arg, "' ", __VA_ARGS__)
+
+namespace myops {
+
+ConvTranspose2dParams check_conv_transpose2d(const char* op, const at::Tensor& input,
+                                             const at::Tensor& weight,
+                                             const std::optional<at::Tensor>& bias,
+                                             at::IntArrayRef stride, at::IntArrayRef padding,
+                                             at::IntArrayRef output_padding, int64_t groups,
+                                             at::IntArrayRef dilation);
+
+GeluApprox check_gelu_approximate(const char* op, c10::string_view approximate);
+
+// Checks input [N, C, *] against num_groups and the optional affine parameters (names given so
+// that the fused op can report 'gn_weight' / 'gn_bias').
+void check_group_norm(const char* op, const at::Tensor& input, int64_t num_groups,
+                      const std::optional<at::Tensor>& weight,
+                      const std::optional<at::Tensor>& bias, const char* weight_name = "weight",
+                      const char* bias_name = "bias");
+
+// Same as check_group_norm but for a channel count that is known before the tensor exists
+// (the fused op normalises the conv output).
+void check_group_norm_channels(const char* op, const at::Tensor& reference, int64_t channels,
+                               int64_t num_groups, const std::optional<at::Tensor>& weight,
+                               const std::optional<at::Tensor>& bias, const char* weight_name,
+                               const char* bias_name);
+
+// Floating dtypes the kernels implement.
+void check_floating(const char* op, const char* arg, const at::Tensor& t);
+
+// Layout of every 4-D output: channels_last when the input is channels_last (and not also plain
+// contiguous), else contiguous. The Python fake impls apply the same rule (myops/_layout.py).
+at::MemoryFormat output_memory_format(const at::Tensor& input);
+
+}  // namespace myops

@@ -1,0 +1,13 @@
+"""myops: transposed convolution and its usual epilogues as fused PyTorch custom ops.
+
+Importing the package loads the compiled extension (which registers the ``torch.ops.myops.*``
+schemas and their CPU / CUDA kernels) and then registers the fake impls and autograd formulas.
+"""
+import torch  # noqa: F401  (libtorch must be loaded before the extension)
+
+from . import _C  # noqa: F401  (static TORCH_LIBRARY registrations)
+from . import _fake, _autograd  # noqa: F401  (register_fake / register_autograd side effects)
+from .ops import conv_transpose2d, conv_transpose2d_gelu_group_norm, gelu, group_norm
+
+__all__ = ["conv_transpose2d", "gelu", "group_norm", "conv_transpose2d_gelu_group_norm"]
+__version__ = "0.1.0"

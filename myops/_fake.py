@@ -1,0 +1,41 @@
+"""Fake (meta) impls: output metadata of every op, with SymInts, for torch.compile and export."""
+import torch
+
+from . import _shapes
+
+
+def _empty_4d(shape, input, dtype=None):
+    return input.new_empty(shape, dtype=dtype).contiguous(memory_format=_shapes.output_memory_format(input))
+
+
+@torch.library.register_fake("myops::conv_transpose2d")
+def _conv_transpose2d_fake(input, weight, bias, stride, padding, output_padding, groups, dilation):
+    shape = _shapes.conv_transpose2d_out_shape(
+        "conv_transpose2d", input, weight, bias, stride, padding, output_padding, groups, dilation)
+    return _empty_4d(shape, input)
+
+
+@torch.library.register_fake("myops::gelu")
+def _gelu_fake(self, *, approximate="none"):
+    _shapes.check(approximate in ("none", "tanh"), "gelu", "approximate",
+                  f"must be 'none' or 'tanh', got '{approximate}'")
+    return torch.empty_like(self)
+
+
+@torch.library.register_fake("myops::group_norm")
+def _group_norm_fake(input, num_groups, weight, bias, eps):
+    _shapes.check(input.dim() >= 2, "group_norm", "input", f"must have at least 2 dimensions [N, C, *], got {input.dim()}-D")
+    _shapes.check_group_norm_channels("group_norm", input, input.shape[1], num_groups, weight, bias, "weight", "bias")
+    return input.new_empty(input.shape).contiguous(memory_format=_shapes.output_memory_format(input))
+
+
+@torch.library.register_fake("myops::conv_transpose2d_gelu_group_norm")
+def _fused_fake(input, weight, bias, stride, padding, output_padding, groups, dilation,
+                approximate, num_groups, gn_weight, gn_bias, eps):
+    op = "conv_transpose2d_gelu_group_norm"
+    shape = _shapes.conv_transpose2d_out_shape(
+        op, input, weight, bias, stride, padding, output_padding, groups, dilation)
+    _shapes.check(approximate in ("none", "tanh"), op, "approximate",
+                  f"must be 'none' or 'tanh', got '{approximate}'")
+    _shapes.check_group_norm_channels(op, input, shape[1], num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias")
+    return _empty_4d(shape, input)

@@ -1,0 +1,60 @@
+"""Output sizes and layouts in Python, for the fake impls (SymInt-friendly).
+
+These mirror csrc/shapes.h, the source of truth for the real kernels; the fake impls run under
+torch.compile / meta tensors, where the C++ checks do not run, so the checks that decide whether a
+call is valid at all (ranks, dtypes, devices, channel counts) are repeated here with the same
+messages.
+"""
+import torch
+
+FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def check(cond, op: str, arg: str, msg: str) -> None:
+    torch._check(cond, lambda: f"myops::{op}: argument '{arg}' {msg}")
+
+
+def check_like_input(op: str, arg: str, t: torch.Tensor, input: torch.Tensor) -> None:
+    check(t.device == input.device, op, arg, f"is on {t.device} but 'input' is on {input.device}")
+    check(t.dtype == input.dtype, op, arg, f"has dtype {t.dtype} but 'input' has dtype {input.dtype}")
+
+
+def conv_transpose_out_size(size, k, s, p, op, d):
+    return (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+
+
+def conv_transpose2d_out_shape(op, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    check(input.dim() == 4, op, "input", f"must be a 4-D tensor [N, C_in, H, W], got {input.dim()}-D")
+    check(weight.dim() == 4, op, "weight",
+          f"must be a 4-D tensor [C_in, C_out / groups, kH, kW], got {weight.dim()}-D")
+    check(input.dtype in FLOATING, op, "input", f"must be float32, float64, float16 or bfloat16, got {input.dtype}")
+    check_like_input(op, "weight", weight, input)
+    check(groups > 0, op, "groups", f"must be positive, got {groups}")
+    check(weight.shape[0] == input.shape[1], op, "weight",
+          f"must have size(0) == C_in = {input.shape[1]} (layout [C_in, C_out / groups, kH, kW])")
+    check(input.shape[1] % groups == 0, op, "groups", f"must divide the {input.shape[1]} input channels")
+    c_out = weight.shape[1] * groups
+    if bias is not None:
+        check_like_input(op, "bias", bias, input)
+        check(bias.dim() == 1 and bias.shape[0] == c_out, op, "bias",
+              f"must be a 1-D tensor of {c_out} elements (one per output channel)")
+    oh = conv_transpose_out_size(input.shape[2], weight.shape[2], stride[0], padding[0], output_padding[0], dilation[0])
+    ow = conv_transpose_out_size(input.shape[3], weight.shape[3], stride[1], padding[1], output_padding[1], dilation[1])
+    return [input.shape[0], c_out, oh, ow]
+
+
+def check_group_norm_channels(op, reference, channels, num_groups, weight, bias, weight_name, bias_name):
+    check(num_groups > 0, op, "num_groups", f"must be positive, got {num_groups}")
+    check(channels % num_groups == 0, op, "num_groups", f"must divide the {channels} channels")
+    for t, name in ((weight, weight_name), (bias, bias_name)):
+        if t is not None:
+            check_like_input(op, name, t, reference)
+            check(t.dim() == 1 and t.shape[0] == channels, op, name,
+                  f"must be a 1-D tensor of {channels} elements (one per channel)")
+
+
+def output_memory_format(input: torch.Tensor) -> torch.memory_format:
+    """Same rule as myops::output_memory_format in csrc/shapes.cpp."""
+    if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format

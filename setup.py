@@ -1,0 +1,52 @@
+"""Builds myops._C with torch.utils.cpp_extension (ninja).
+
+CUDAExtension when torch has CUDA and nvcc is found, else CppExtension.
+Environment overrides: MYOPS_FORCE_CUDA=1 / MYOPS_NO_CUDA=1.
+"""
+import glob
+import os
+
+from setuptools import setup
+from torch.utils import cpp_extension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _want_cuda() -> bool:
+    if os.environ.get("MYOPS_NO_CUDA") == "1":
+        return False
+    if os.environ.get("MYOPS_FORCE_CUDA") == "1":
+        return True
+    import torch
+
+    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+
+def _sources(pattern: str) -> list:
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
+
+
+def build_extension():
+    sources = _sources("csrc/*.cpp") + _sources("csrc/cpu/*.cpp")
+    cxx_flags = ["-O3", "-std=c++17", "-fopenmp-simd"]
+    include_dirs = [os.path.join(ROOT, "csrc")]
+    if _want_cuda():
+        sources += _sources("csrc/cuda/*.cpp") + _sources("csrc/cuda/*.cu")
+        nvcc_flags = [
+            "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
+            "-gencode=arch=compute_80,code=sm_80",
+            "-gencode=arch=compute_90,code=sm_90",
+        ]
+        return cpp_extension.CUDAExtension(
+            "myops._C", sources, include_dirs=include_dirs,
+            define_macros=[("MYOPS_WITH_CUDA", "1")],
+            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags})
+    return cpp_extension.CppExtension(
+        "myops._C", sources, include_dirs=include_dirs,
+        extra_compile_args={"cxx": cxx_flags})
+
+
+setup(
+    ext_modules=[build_extension()],
+    cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
+)
