@@ -29,8 +29,12 @@ def _group_norm_grads(grad, x, num_groups, gamma, eps, mask):
     n, c = x.shape[0], x.shape[1]
     hxw = _hxw(x)
     _, mean, rstd = aten.native_group_norm(x, gamma, None, n, c, hxw, num_groups, eps)
-    return aten.native_group_norm_backward(
-        grad.contiguous(), x.contiguous(), mean, rstd, gamma, n, c, hxw, num_groups, mask)
+    gx, ggamma, _ = aten.native_group_norm_backward(
+        grad.contiguous(), x.contiguous(), mean, rstd, gamma, n, c, hxw, num_groups,
+        [mask[0], mask[1], False])
+    # beta's gradient is a plain channel sum; aten's backward fails on it when gamma is None
+    gbeta = grad.sum(dim=[0, *range(2, grad.dim())]) if mask[2] else None
+    return gx, ggamma, gbeta
 
 
 # --- conv_transpose2d -------------------------------------------------------------------------

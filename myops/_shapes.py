@@ -27,8 +27,17 @@ def conv_transpose2d_out_shape(op, input, weight, bias, stride, padding, output_
     check(input.dim() == 4, op, "input", f"must be a 4-D tensor [N, C_in, H, W], got {input.dim()}-D")
     check(weight.dim() == 4, op, "weight",
           f"must be a 4-D tensor [C_in, C_out / groups, kH, kW], got {weight.dim()}-D")
-    check(input.dtype in FLOATING, op, "input", f"must be float32, float64, float16 or bfloat16, got {input.dtype}")
+    check_floating(op, "input", input)
     check_like_input(op, "weight", weight, input)
+    for name, v in (("stride", stride), ("padding", padding), ("output_padding", output_padding), ("dilation", dilation)):
+        check(len(v) == 2, op, name, f"must have 2 elements (height, width), got {len(v)}")
+    for i in range(2):
+        check(stride[i] > 0, op, "stride", f"must be positive, got {list(stride)}")
+        check(dilation[i] > 0, op, "dilation", f"must be positive, got {list(dilation)}")
+        check(padding[i] >= 0, op, "padding", f"must be non-negative, got {list(padding)}")
+        check(output_padding[i] >= 0, op, "output_padding", f"must be non-negative, got {list(output_padding)}")
+        check(output_padding[i] < stride[i] or output_padding[i] < dilation[i], op, "output_padding",
+              "must be smaller than either stride or dilation")
     check(groups > 0, op, "groups", f"must be positive, got {groups}")
     check(weight.shape[0] == input.shape[1], op, "weight",
           f"must have size(0) == C_in = {input.shape[1]} (layout [C_in, C_out / groups, kH, kW])")
@@ -40,7 +49,13 @@ def conv_transpose2d_out_shape(op, input, weight, bias, stride, padding, output_
               f"must be a 1-D tensor of {c_out} elements (one per output channel)")
     oh = conv_transpose_out_size(input.shape[2], weight.shape[2], stride[0], padding[0], output_padding[0], dilation[0])
     ow = conv_transpose_out_size(input.shape[3], weight.shape[3], stride[1], padding[1], output_padding[1], dilation[1])
+    check(oh > 0, op, "padding", f"is too large: the output height would be {oh}")
+    check(ow > 0, op, "padding", f"is too large: the output width would be {ow}")
     return [input.shape[0], c_out, oh, ow]
+
+
+def check_floating(op, arg, t):
+    check(t.dtype in FLOATING, op, arg, f"must be float32, float64, float16 or bfloat16, got {t.dtype}")
 
 
 def check_group_norm_channels(op, reference, channels, num_groups, weight, bias, weight_name, bias_name):

@@ -44,14 +44,15 @@ void group_norm_slice(const in_t* x, out_t* y, int64_t C_g, int64_t HW, const ac
                       const acc_t* beta, double eps) {
   double mean, rstd;
   mean_rstd(x, C_g * HW, eps, mean, rstd);
+  // (x - mean) * scale + beta rather than x * scale + shift: no cancellation when var << mean^2.
+  const acc_t mean_a = static_cast<acc_t>(mean);
   for (int64_t c = 0; c < C_g; ++c) {
-    const double scale_d = rstd * (gamma ? static_cast<double>(gamma[c]) : 1.0);
-    const acc_t scale = static_cast<acc_t>(scale_d);
-    const acc_t shift = static_cast<acc_t>((beta ? static_cast<double>(beta[c]) : 0.0) - mean * scale_d);
+    const acc_t scale = static_cast<acc_t>(rstd * (gamma ? static_cast<double>(gamma[c]) : 1.0));
+    const acc_t shift = beta ? beta[c] : acc_t(0);
     const in_t* xc = x + c * HW;
     out_t* yc = y + c * HW;
 #pragma omp simd
-    for (int64_t i = 0; i < HW; ++i) yc[i] = static_cast<out_t>(acc_t(xc[i]) * scale + shift);
+    for (int64_t i = 0; i < HW; ++i) yc[i] = static_cast<out_t>((acc_t(xc[i]) - mean_a) * scale + shift);
   }
 }
 

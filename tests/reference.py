@@ -1,0 +1,79 @@
+"""PyTorch references (float64) and tolerances shared by the tests."""
+import random
+
+import torch
+import torch.nn.functional as F
+
+# Relative tolerance of an op's output against a float64 reference computed from the same
+# (already rounded) inputs. float16 / bfloat16 outputs are rounded once; TF32 rounds the operands.
+TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
+TF32_TOL = 5e-3
+
+
+def tolerance(dtype, device):
+    if dtype == torch.float32 and device == "cuda" and torch.backends.cudnn.allow_tf32:
+        return TF32_TOL
+    return TOL[dtype]
+
+
+def assert_matches(out, ref, tol):
+    """Elementwise |out - ref| <= tol * (|ref| + max|ref|): relative, with an absolute floor scaled
+    to the tensor's magnitude (outputs of a convolution cancel, so pure rtol is too strict)."""
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    out64 = out.detach().double().cpu()
+    ref64 = ref.detach().double().cpu()
+    assert not torch.isnan(out64).any(), "NaN in output"
+    scale = ref64.abs().max().item() if ref64.numel() else 0.0
+    err = (out64 - ref64).abs()
+    bound = tol * (ref64.abs() + max(scale, 1e-3))
+    bad = err > bound
+    assert not bad.any(), (
+        f"{int(bad.sum())} of {out.numel()} elements off; max err {err.max().item():.3g}, "
+        f"tol {tol}, max|ref| {scale:.3g}")
+
+
+def f64(t):
+    return None if t is None else t.detach().double().cpu()
+
+
+def ref_conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation):
+    return F.conv_transpose2d(f64(x), f64(w), f64(b), stride, padding, output_padding, groups, dilation)
+
+
+def ref_fused(x, w, b, stride, padding, output_padding, groups, dilation, approximate, num_groups,
+              gn_w, gn_b, eps):
+    y = ref_conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)
+    return F.group_norm(F.gelu(y, approximate=approximate), num_groups, f64(gn_w), f64(gn_b), eps)
+
+
+def random_conv_config(rng: random.Random, max_batch=3):
+    """A random valid conv_transpose2d configuration covering every argument."""
+    while True:
+        groups = rng.choice([1, 1, 2, 4])
+        cfg = dict(
+            N=rng.choice([0, 1, 1, 2, max_batch]),
+            C_in=groups * rng.randint(1, 4), C_out_g=rng.randint(1, 4), groups=groups,
+            H=rng.randint(1, 9), W=rng.randint(1, 9), kH=rng.randint(1, 4), kW=rng.randint(1, 4),
+            stride=(rng.randint(1, 3), rng.randint(1, 3)), dilation=(rng.randint(1, 3), rng.randint(1, 3)),
+            padding=(rng.randint(0, 3), rng.randint(0, 3)), bias=rng.random() < 0.6,
+        )
+        cfg["output_padding"] = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(cfg["stride"], cfg["dilation"]))
+        oh = (cfg["H"] - 1) * cfg["stride"][0] - 2 * cfg["padding"][0] + cfg["dilation"][0] * (cfg["kH"] - 1) + cfg["output_padding"][0] + 1
+        ow = (cfg["W"] - 1) * cfg["stride"][1] - 2 * cfg["padding"][1] + cfg["dilation"][1] * (cfg["kW"] - 1) + cfg["output_padding"][1] + 1
+        if oh > 0 and ow > 0:
+            return cfg
+
+
+def make_conv_inputs(cfg, dtype, device, requires_grad=False):
+    g = cfg["groups"]
+    x = torch.randn(cfg["N"], cfg["C_in"], cfg["H"], cfg["W"], dtype=dtype, device=device)
+    w = torch.randn(cfg["C_in"], cfg["C_out_g"], cfg["kH"], cfg["kW"], dtype=dtype, device=device) * 0.5
+    b = torch.randn(cfg["C_out_g"] * g, dtype=dtype, device=device) if cfg["bias"] else None
+    tensors = [t for t in (x, w, b) if t is not None]
+    for t in tensors:
+        t.requires_grad_(requires_grad)
+    return x, w, b
+
+
+def conv_args(cfg):
+    return [list(cfg["stride"]), list(cfg["padding"]), list(cfg["output_padding"]), cfg["groups"], list(cfg["dilation"])]

@@ -1,0 +1,85 @@
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import myops
+from conftest import DEVICES
+from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
+                       ref_conv_transpose2d, tolerance)
+
+# (dtype, number of random configurations)
+RANDOM_RUNS = [(torch.float32, 300), (torch.float64, 60), (torch.bfloat16, 60), (torch.float16, 60)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype,count", RANDOM_RUNS, ids=lambda v: str(v))
+def test_random_configs_match_pytorch(device, dtype, count):
+    rng = random.Random(1234 + count)
+    for i in range(count):
+        cfg = random_conv_config(rng)
+        x, w, b = make_conv_inputs(cfg, dtype, device)
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
+        ref = ref_conv_transpose2d(x, w, b, *conv_args(cfg))
+        assert out.dtype == dtype and out.device.type == device
+        try:
+            assert_matches(out, ref, tolerance(dtype, device))
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: {cfg}: {e}") from None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_seed_workload_shapes_scaled_down(device, dtype):
+    # L1_75's argument mix (grouped, dilated, strided, asymmetric) and L2_19's (k3 s1 p0, bias).
+    cases = [
+        (torch.randn(2, 32, 16, 24), torch.randn(32, 16, 3, 5), None, [2, 3], [1, 2], [0, 0], 4, [2, 1]),
+        (torch.randn(2, 64, 20, 20), torch.randn(64, 64, 3, 3), torch.randn(64), [1, 1], [0, 0], [0, 0], 1, [1, 1]),
+    ]
+    for x, w, b, *args in cases:
+        x, w = x.to(device, dtype), (w * 0.1).to(device, dtype)
+        b = None if b is None else b.to(device, dtype)
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_channels_last_and_strided_inputs(device):
+    x = torch.randn(2, 8, 7, 9, device=device)
+    w = torch.randn(8, 3, 3, 2, device=device)
+    b = torch.randn(6, device=device)
+    args = ([2, 1], [1, 0], [1, 0], 2, [1, 2])
+    ref = ref_conv_transpose2d(x, w, b, *args)
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    out_cl = torch.ops.myops.conv_transpose2d(x_cl, w.contiguous(memory_format=torch.channels_last), b, *args)
+    assert out_cl.is_contiguous(memory_format=torch.channels_last)
+    assert_matches(out_cl, ref, tolerance(torch.float32, device))
+    # a non-contiguous view (every other column of a wider tensor)
+    wide = torch.randn(2, 8, 7, 18, device=device)
+    view = wide[:, :, :, ::2]
+    out_view = torch.ops.myops.conv_transpose2d(view, w, b, *args)
+    assert out_view.is_contiguous()
+    assert_matches(out_view, ref_conv_transpose2d(view, w, b, *args), tolerance(torch.float32, device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_python_api_defaults_pairs_and_unbatched(device):
+    x = torch.randn(3, 4, 5, 5, device=device, dtype=torch.float64)
+    w = torch.randn(4, 2, 3, 3, device=device, dtype=torch.float64)
+    torch.testing.assert_close(myops.conv_transpose2d(x, w), F.conv_transpose2d(x, w))
+    torch.testing.assert_close(myops.conv_transpose2d(x, w, None, 2, 1, 1, 1, 1),
+                               F.conv_transpose2d(x, w, None, 2, 1, 1, 1, 1))
+    torch.testing.assert_close(myops.conv_transpose2d(x, w, stride=(2, 1), padding=(0, 1), dilation=(1, 2)),
+                               F.conv_transpose2d(x, w, stride=(2, 1), padding=(0, 1), dilation=(1, 2)))
+    torch.testing.assert_close(myops.conv_transpose2d(x[0], w, stride=2), F.conv_transpose2d(x[0], w, stride=2))
+
+
+def test_phases_without_taps_get_only_bias():
+    # stride 3 with a 1x1 kernel: two of every three output rows/cols receive no tap at all.
+    x = torch.randn(1, 2, 4, 4, dtype=torch.float64)
+    w = torch.randn(2, 3, 1, 1, dtype=torch.float64)
+    b = torch.randn(3, dtype=torch.float64)
+    out = torch.ops.myops.conv_transpose2d(x, w, b, [3, 3], [0, 0], [2, 2], 1, [1, 1])
+    torch.testing.assert_close(out, F.conv_transpose2d(x, w, b, 3, 0, 2))
+    torch.testing.assert_close(out[:, :, 1::3, :], b.view(1, 3, 1, 1).expand(1, 3, 4, 12))

@@ -1,0 +1,85 @@
+"""Every bad input raises an error that names the op and the argument, on the real kernels and on
+the fake (meta) path that torch.compile traces through."""
+import pytest
+import torch
+
+OPS = torch.ops.myops
+
+
+def t(*shape, dtype=torch.float32, device="cpu"):
+    return torch.randn(*shape, dtype=dtype, device=device)
+
+
+def conv(x=None, w=None, b=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0), groups=1, dilation=(1, 1), device="cpu"):
+    x = t(2, 4, 5, 5, device=device) if x is None else x
+    w = t(4, 3, 3, 3, device=device) if w is None else w
+    return OPS.conv_transpose2d(x, w, b, list(stride), list(padding), list(output_padding), groups, list(dilation))
+
+
+def fused(approximate="none", num_groups=3, gn_weight=None, gn_bias=None, device="cpu", **conv_kwargs):
+    x = t(2, 4, 5, 5, device=device)
+    w = t(4, 3, 3, 3, device=device)
+    return OPS.conv_transpose2d_gelu_group_norm(x, w, None, [1, 1], [0, 0], [0, 0], 1, [1, 1], approximate,
+                                                num_groups, gn_weight, gn_bias, 1e-5)
+
+
+def C(device):
+    """Bad-input cases: (description, thunk, op name, argument name)."""
+    d = device
+    return [
+        ("input rank", lambda: conv(x=t(4, 5, 5, device=d), device=d), "conv_transpose2d", "input"),
+        ("weight rank", lambda: conv(w=t(4, 3, 3, device=d), device=d), "conv_transpose2d", "weight"),
+        ("weight dtype", lambda: conv(w=t(4, 3, 3, 3, dtype=torch.float64, device=d), device=d), "conv_transpose2d", "weight"),
+        ("bias dtype", lambda: conv(b=t(3, dtype=torch.float16, device=d), device=d), "conv_transpose2d", "bias"),
+        ("integer input", lambda: conv(x=torch.ones(2, 4, 5, 5, dtype=torch.int32, device=d),
+                                       w=torch.ones(4, 3, 3, 3, dtype=torch.int32, device=d), device=d), "conv_transpose2d", "input"),
+        ("groups do not divide C_in", lambda: conv(x=t(2, 6, 5, 5, device=d), w=t(6, 2, 3, 3, device=d), groups=4, device=d),
+         "conv_transpose2d", "groups"),
+        ("weight C_in mismatch", lambda: conv(w=t(8, 3, 3, 3, device=d), groups=2, device=d), "conv_transpose2d", "weight"),
+        ("output_padding too big", lambda: conv(stride=(2, 2), output_padding=(2, 0), device=d), "conv_transpose2d", "output_padding"),
+        ("output_padding >= dilation and stride", lambda: conv(output_padding=(0, 1), device=d), "conv_transpose2d", "output_padding"),
+        ("zero stride", lambda: conv(stride=(0, 1), device=d), "conv_transpose2d", "stride"),
+        ("zero dilation", lambda: conv(dilation=(1, 0), device=d), "conv_transpose2d", "dilation"),
+        ("negative padding", lambda: conv(padding=(-1, 0), device=d), "conv_transpose2d", "padding"),
+        ("non-positive output size", lambda: conv(padding=(4, 0), device=d), "conv_transpose2d", "padding"),
+        ("bias length", lambda: conv(b=t(4, device=d), device=d), "conv_transpose2d", "bias"),
+        ("stride length", lambda: conv(stride=(1, 1, 1), device=d), "conv_transpose2d", "stride"),
+        ("zero groups", lambda: conv(groups=0, device=d), "conv_transpose2d", "groups"),
+        ("gelu approximate", lambda: OPS.gelu(t(3, device=d), approximate="sigmoid"), "gelu", "approximate"),
+        ("gelu dtype", lambda: OPS.gelu(torch.ones(3, dtype=torch.int64, device=d)), "gelu", "self"),
+        ("group_norm groups", lambda: OPS.group_norm(t(2, 6, 3, device=d), 4, None, None, 1e-5), "group_norm", "num_groups"),
+        ("group_norm zero groups", lambda: OPS.group_norm(t(2, 6, 3, device=d), 0, None, None, 1e-5), "group_norm", "num_groups"),
+        ("group_norm rank", lambda: OPS.group_norm(t(6, device=d), 1, None, None, 1e-5), "group_norm", "input"),
+        ("group_norm weight length", lambda: OPS.group_norm(t(2, 6, 3, device=d), 3, t(5, device=d), None, 1e-5), "group_norm", "weight"),
+        ("group_norm bias dtype", lambda: OPS.group_norm(t(2, 6, 3, device=d), 3, None, t(6, dtype=torch.float64, device=d), 1e-5),
+         "group_norm", "bias"),
+        ("fused approximate", lambda: fused(approximate="fast", device=d), "conv_transpose2d_gelu_group_norm", "approximate"),
+        ("fused num_groups", lambda: fused(num_groups=4, device=d), "conv_transpose2d_gelu_group_norm", "num_groups"),
+        ("fused gn_weight length", lambda: fused(gn_weight=t(4, device=d), device=d), "conv_transpose2d_gelu_group_norm", "gn_weight"),
+        ("fused gn_bias dtype", lambda: fused(gn_bias=t(3, dtype=torch.bfloat16, device=d), device=d),
+         "conv_transpose2d_gelu_group_norm", "gn_bias"),
+    ]
+
+
+def _ids(device):
+    return [c[0] for c in C(device)]
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("index", range(len(C("cpu"))), ids=_ids("cpu"))
+def test_bad_input_names_op_and_argument(device, index):
+    _, thunk, op, arg = C(device)[index]
+    with pytest.raises(RuntimeError, match=rf"myops::{op}: argument '{arg}'"):
+        thunk()
+
+
+def test_device_mismatch_is_reported():
+    # input on the CPU, weight / bias / gn_weight on another device ("meta" exists on every machine)
+    with pytest.raises(RuntimeError, match=r"myops::conv_transpose2d: argument 'weight' is on meta"):
+        conv(w=t(4, 3, 3, 3, device="meta"))
+    with pytest.raises(RuntimeError, match=r"myops::conv_transpose2d: argument 'bias' is on meta"):
+        conv(b=t(3, device="meta"))
+    with pytest.raises(RuntimeError, match=r"myops::group_norm: argument 'weight' is on meta"):
+        OPS.group_norm(t(2, 6, 3), 3, t(6, device="meta"), None, 1e-5)
+    with pytest.raises(RuntimeError, match=r"myops::conv_transpose2d_gelu_group_norm: argument 'gn_weight' is on meta"):
+        fused(gn_weight=t(3, device="meta"))

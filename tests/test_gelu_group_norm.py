@@ -1,0 +1,55 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+import myops
+from conftest import DEVICES
+from reference import assert_matches, f64, tolerance
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_pytorch(device, dtype, approximate):
+    x = torch.randn(3, 5, 17, 13, device=device, dtype=dtype) * 3
+    out = myops.gelu(x, approximate=approximate)
+    assert out.dtype == dtype and out.shape == x.shape
+    assert_matches(out, F.gelu(f64(x), approximate=approximate), tolerance(dtype, device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gelu_layouts(device):
+    x = torch.randn(2, 6, 5, 7, device=device)
+    cl = x.contiguous(memory_format=torch.channels_last)
+    out = myops.gelu(cl)
+    assert out.stride() == cl.stride()
+    assert_matches(out, F.gelu(f64(x)), tolerance(torch.float32, device))
+    view = torch.randn(4, 9, 10, device=device)[:, ::2, 1:]
+    assert_matches(myops.gelu(view, approximate="tanh"), F.gelu(f64(view), approximate="tanh"),
+                   tolerance(torch.float32, device))
+    assert myops.gelu(torch.empty(0, 3, device=device)).shape == (0, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("shape,groups", [((2, 8, 9, 7), 4), ((3, 6, 5), 3), ((1, 4, 2, 3, 5), 1), ((2, 12), 12)])
+def test_group_norm_matches_pytorch(device, dtype, affine, shape, groups):
+    x = torch.randn(*shape, device=device, dtype=dtype) * 2 + 1
+    c = shape[1]
+    w = torch.randn(c, device=device, dtype=dtype) if affine else None
+    b = torch.randn(c, device=device, dtype=dtype) if affine else None
+    out = myops.group_norm(x, groups, w, b, eps=1e-5)
+    assert out.dtype == dtype
+    assert_matches(out, F.group_norm(f64(x), groups, f64(w), f64(b), 1e-5), tolerance(dtype, device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_group_norm_channels_last_and_large_mean(device):
+    x = torch.randn(2, 8, 6, 5, device=device, dtype=torch.float64) + 1000.0  # cancellation check
+    out = myops.group_norm(x.contiguous(memory_format=torch.channels_last), 2, None, None, 1e-5)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out, F.group_norm(x, 2, eps=1e-5))
+    assert myops.group_norm(torch.empty(0, 4, 3, 3, device=device), 2).shape == (0, 4, 3, 3)

@@ -1,0 +1,81 @@
+"""gradcheck in float64 for every op, and gradients against PyTorch's own modules."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.autograd import gradcheck
+
+import myops
+from conftest import DEVICES
+from reference import tolerance
+
+
+def _p(*shape, device="cpu", dtype=torch.float64):
+    return torch.randn(*shape, device=device, dtype=dtype, requires_grad=True)
+
+
+CONV_CASES = [  # (input shape, weight shape, bias?, stride, padding, output_padding, groups, dilation)
+    ((2, 4, 3, 4), (4, 2, 3, 3), True, 1, 0, 0, 1, 1),
+    ((1, 4, 3, 3), (4, 1, 2, 3), True, (2, 3), (1, 0), (1, 2), 2, (1, 1)),
+    ((2, 3, 3, 2), (3, 2, 2, 2), False, 2, 1, 1, 3, (2, 1)),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_gradcheck_conv_transpose2d(case):
+    xs, ws, has_bias, *args = case
+    x, w = _p(*xs), _p(*ws)
+    b = _p(ws[1] * args[3]) if has_bias else None
+    assert gradcheck(lambda x, w, b: myops.conv_transpose2d(x, w, b, *args), (x, w, b))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gradcheck_gelu(approximate):
+    assert gradcheck(lambda x: myops.gelu(x, approximate), (_p(2, 3, 4, 5) * 2,))
+
+
+@pytest.mark.parametrize("affine", [(True, True), (True, False), (False, True), (False, False)])
+def test_gradcheck_group_norm(affine):
+    x = _p(2, 6, 3, 4)
+    w = _p(6) if affine[0] else None
+    b = _p(6) if affine[1] else None
+    assert gradcheck(lambda x, w, b: myops.group_norm(x, 3, w, b, 1e-5), (x, w, b))
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gradcheck_fused(case, approximate):
+    xs, ws, has_bias, *args = case
+    c_out = ws[1] * args[3]
+    x, w, gw, gb = _p(*xs), _p(*ws), _p(c_out), _p(c_out)
+    b = _p(c_out) if has_bias else None
+    groups = 2 if c_out % 2 == 0 else 1
+
+    def fn(x, w, b, gw, gb):
+        return myops.conv_transpose2d_gelu_group_norm(
+            x, w, b, *args, approximate=approximate, num_groups=groups, gn_weight=gw, gn_bias=gb)
+
+    assert gradcheck(fn, (x, w, b, gw, gb))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_gradients_equal_pytorch_modules(device, dtype):
+    conv = torch.nn.ConvTranspose2d(8, 6, (3, 2), stride=2, padding=1, output_padding=1, groups=2).to(device, dtype)
+    gn = torch.nn.GroupNorm(3, 6).to(device, dtype)
+    x = torch.randn(2, 8, 5, 6, device=device, dtype=dtype, requires_grad=True)
+    grad_out = torch.randn(2, 6, 10, 11, device=device, dtype=dtype)
+
+    def grads(fn):
+        for t in (x, conv.weight, conv.bias, gn.weight, gn.bias):
+            t.grad = None
+        fn().backward(grad_out)
+        return [t.grad.clone() for t in (x, conv.weight, conv.bias, gn.weight, gn.bias)]
+
+    ref = grads(lambda: gn(F.gelu(conv(x), approximate="tanh")))
+    ours = grads(lambda: myops.conv_transpose2d_gelu_group_norm(
+        x, conv.weight, conv.bias, 2, 1, 1, 2, 1, approximate="tanh", num_groups=3,
+        gn_weight=gn.weight, gn_bias=gn.bias, eps=gn.eps))
+    tol = 5e-2 if dtype == torch.bfloat16 else max(tolerance(dtype, device) * 10, 1e-4)
+    for name, a, b in zip(["input", "weight", "bias", "gn_weight", "gn_bias"], ours, ref):
+        scale = b.abs().max().item()
+        torch.testing.assert_close(a.float(), b.float(), atol=tol * scale, rtol=tol, msg=lambda m: f"{name}: {m}")

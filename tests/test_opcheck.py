@@ -1,0 +1,100 @@
+"""torch.library.opcheck on every op: schema, autograd registration, fake impl vs real kernel,
+AOTAutograd with dynamic shapes. The samples cover every argument of every op."""
+import pytest
+import torch
+
+from conftest import DEVICES
+
+
+def _t(*shape, device, dtype=torch.float32, grad=False):
+    return torch.randn(*shape, device=device, dtype=dtype, requires_grad=grad)
+
+
+def conv_samples(device):
+    # (input, weight, bias, stride, padding, output_padding, groups, dilation)
+    return [
+        (_t(2, 4, 5, 6, device=device), _t(4, 3, 3, 3, device=device), _t(3, device=device), [1, 1], [0, 0], [0, 0], 1, [1, 1]),
+        (_t(1, 4, 5, 4, device=device, grad=True), _t(4, 2, 3, 2, device=device, grad=True), _t(4, device=device, grad=True),
+         [2, 3], [1, 0], [1, 2], 2, [1, 1]),
+        (_t(2, 6, 4, 5, device=device, grad=True), _t(6, 1, 2, 3, device=device, grad=True), None, [2, 1], [0, 1], [1, 1], 3, [2, 2]),
+        (_t(0, 2, 3, 3, device=device), _t(2, 2, 3, 3, device=device), None, [1, 1], [1, 1], [0, 0], 1, [1, 1]),
+        (_t(2, 4, 5, 6, device=device, grad=True).contiguous(memory_format=torch.channels_last),
+         _t(4, 3, 3, 3, device=device, grad=True), _t(3, device=device), [2, 2], [1, 1], [1, 1], 1, [1, 1]),
+        (_t(1, 2, 3, 4, device=device, dtype=torch.float64, grad=True), _t(2, 3, 2, 2, device=device, dtype=torch.float64, grad=True),
+         _t(3, device=device, dtype=torch.float64, grad=True), [1, 2], [0, 1], [0, 1], 1, [3, 1]),
+        (_t(2, 2, 3, 3, device=device, dtype=torch.bfloat16), _t(2, 2, 3, 3, device=device, dtype=torch.bfloat16), None,
+         [1, 1], [0, 0], [0, 0], 1, [1, 1]),
+    ]
+
+
+def gelu_samples(device):
+    return [
+        ((_t(3, 4, 5, device=device),), {}),
+        ((_t(2, 3, 4, 5, device=device, grad=True),), {"approximate": "tanh"}),
+        ((_t(2, 3, 4, 5, device=device, grad=True).contiguous(memory_format=torch.channels_last),), {"approximate": "none"}),
+        ((_t(7, device=device, dtype=torch.float64, grad=True),), {"approximate": "tanh"}),
+        ((_t(4, 6, device=device, dtype=torch.float16),), {}),
+    ]
+
+
+def group_norm_samples(device):
+    # (input, num_groups, weight, bias, eps)
+    return [
+        (_t(2, 6, 4, 5, device=device), 3, _t(6, device=device), _t(6, device=device), 1e-5),
+        (_t(2, 6, 4, 5, device=device, grad=True), 2, _t(6, device=device, grad=True), _t(6, device=device, grad=True), 1e-3),
+        (_t(3, 4, 7, device=device, grad=True), 4, None, None, 1e-5),
+        (_t(2, 4, 3, 3, device=device, grad=True).contiguous(memory_format=torch.channels_last), 1,
+         _t(4, device=device, grad=True), None, 1e-5),
+        (_t(2, 4, 3, 3, device=device, dtype=torch.float64, grad=True), 2, None, _t(4, device=device, dtype=torch.float64, grad=True), 1e-5),
+        (_t(0, 4, 3, 3, device=device), 2, None, None, 1e-5),
+    ]
+
+
+def fused_samples(device):
+    out = []
+    for i, (x, w, b, *conv) in enumerate(conv_samples(device)):
+        c_out = w.shape[1] * conv[3]
+        grad = x.requires_grad
+        gn_w = _t(c_out, device=device, dtype=x.dtype, grad=grad) if i % 2 == 0 else None
+        gn_b = _t(c_out, device=device, dtype=x.dtype, grad=grad) if i % 3 != 1 else None
+        num_groups = c_out if i % 2 else 1
+        out.append((x, w, b, *conv, "tanh" if i % 2 else "none", num_groups, gn_w, gn_b, 1e-5))
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_conv_transpose2d(device):
+    for args in conv_samples(device):
+        torch.library.opcheck(torch.ops.myops.conv_transpose2d.default, args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_gelu(device):
+    for args, kwargs in gelu_samples(device):
+        torch.library.opcheck(torch.ops.myops.gelu.default, args, kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_group_norm(device):
+    for args in group_norm_samples(device):
+        torch.library.opcheck(torch.ops.myops.group_norm.default, args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_conv_transpose2d_gelu_group_norm(device):
+    for args in fused_samples(device):
+        torch.library.opcheck(torch.ops.myops.conv_transpose2d_gelu_group_norm.default, args)
+
+
+def test_schemas_are_the_designed_ones():
+    expected = {
+        "conv_transpose2d": "myops::conv_transpose2d(Tensor input, Tensor weight, Tensor? bias, SymInt[2] stride, "
+        "SymInt[2] padding, SymInt[2] output_padding, SymInt groups, SymInt[2] dilation) -> Tensor",
+        "gelu": 'myops::gelu(Tensor self, *, str approximate="none") -> Tensor',
+        "group_norm": "myops::group_norm(Tensor input, int num_groups, Tensor? weight, Tensor? bias, float eps) -> Tensor",
+        "conv_transpose2d_gelu_group_norm": "myops::conv_transpose2d_gelu_group_norm(Tensor input, Tensor weight, "
+        "Tensor? bias, SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, SymInt[2] dilation, "
+        "str approximate, int num_groups, Tensor? gn_weight, Tensor? gn_bias, float eps) -> Tensor",
+    }
+    for name, schema in expected.items():
+        assert str(getattr(torch.ops.myops, name).default._schema) == schema
