@@ -28,22 +28,25 @@ def _sources(pattern: str) -> list:
 
 def build_extension():
     sources = _sources("csrc/*.cpp") + _sources("csrc/cpu/*.cpp")
-    cxx_flags = ["-O3", "-std=c++17", "-fopenmp-simd"]
+    # no FP-trap semantics: lets GCC if-convert (and so vectorise) the branch-free math in csrc/cpu
+    # -fopenmp: at::parallel_for is an inline OpenMP region, compiled in our own objects (the
+    # loader then shares the libgomp that torch already loaded, so one thread pool)
+    cxx_flags = ["-O3", "-fopenmp", "-fno-trapping-math"]
     include_dirs = [os.path.join(ROOT, "csrc")]
     if _want_cuda():
         sources += _sources("csrc/cuda/*.cpp") + _sources("csrc/cuda/*.cu")
         nvcc_flags = [
-            "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo",
+            "-O3", "--expt-relaxed-constexpr", "-lineinfo",
             "-gencode=arch=compute_80,code=sm_80",
             "-gencode=arch=compute_90,code=sm_90",
         ]
         return cpp_extension.CUDAExtension(
             "myops._C", sources, include_dirs=include_dirs,
             define_macros=[("MYOPS_WITH_CUDA", "1")],
-            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags})
+            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags}, extra_link_args=["-fopenmp"])
     return cpp_extension.CppExtension(
         "myops._C", sources, include_dirs=include_dirs,
-        extra_compile_args={"cxx": cxx_flags})
+        extra_compile_args={"cxx": cxx_flags}, extra_link_args=["-fopenmp"])
 
 
 setup(

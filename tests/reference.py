@@ -16,7 +16,7 @@ def tolerance(dtype, device):
     return TOL[dtype]
 
 
-def assert_matches(out, ref, tol):
+def assert_matches(out, ref, tol, floor=1e-3):
     """Elementwise |out - ref| <= tol * (|ref| + max|ref|): relative, with an absolute floor scaled
     to the tensor's magnitude (outputs of a convolution cancel, so pure rtol is too strict)."""
     assert out.shape == ref.shape, (out.shape, ref.shape)
@@ -25,7 +25,7 @@ def assert_matches(out, ref, tol):
     assert not torch.isnan(out64).any(), "NaN in output"
     scale = ref64.abs().max().item() if ref64.numel() else 0.0
     err = (out64 - ref64).abs()
-    bound = tol * (ref64.abs() + max(scale, 1e-3))
+    bound = tol * (ref64.abs() + max(scale, floor))
     bad = err > bound
     assert not bad.any(), (
         f"{int(bad.sum())} of {out.numel()} elements off; max err {err.max().item():.3g}, "

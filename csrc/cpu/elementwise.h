@@ -1,58 +1,104 @@
 #pragma once
-// Vectorisable CPU inner loops shared by the gelu, group_norm and fused ops.
+// CPU inner loops shared by the gelu, group_norm and fused ops. float32 (and float16 / bfloat16,
+// converted through float32 in cache-sized chunks) run the vectorised kernels of vec_kernels.h;
+// float64 runs plain loops with libm.
 #include <ATen/OpMathType.h>
-#include <c10/macros/Macros.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/gelu_math.h"
+#include "cpu/vec_kernels.h"
 
 namespace myops {
 
-// out[i] = gelu(in[i]) in the op-math type (float for half / bfloat16). in == out is allowed.
+constexpr int64_t kChunk = 512;
+
+// Calls f(const float* in, float* out, m) over [0, n) in float32, converting types chunk by chunk.
+template <typename in_t, typename out_t, typename F>
+void map_as_f32(const in_t* in, out_t* out, int64_t n, F f) {
+  if constexpr (std::is_same_v<in_t, float> && std::is_same_v<out_t, float>) {
+    f(in, out, n);
+  } else {
+    float a[kChunk], b[kChunk];
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      const float* src = a;
+      if constexpr (std::is_same_v<in_t, float>) {
+        src = in + i0;
+      } else {
+        for (int64_t j = 0; j < m; ++j) a[j] = static_cast<float>(in[i0 + j]);
+      }
+      f(src, b, m);
+      for (int64_t j = 0; j < m; ++j) out[i0 + j] = static_cast<out_t>(b[j]);
+    }
+  }
+}
+
+// Calls f(const float* x, m) over [0, n) in float32 chunks.
+template <typename in_t, typename F>
+void scan_as_f32(const in_t* x, int64_t n, F f) {
+  if constexpr (std::is_same_v<in_t, float>) {
+    f(x, n);
+  } else {
+    float a[kChunk];
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      for (int64_t j = 0; j < m; ++j) a[j] = static_cast<float>(x[i0 + j]);
+      f(a, m);
+    }
+  }
+}
+
+// out[i] = gelu(in[i]). in == out is allowed.
 template <typename in_t, typename out_t>
 void gelu_span(const in_t* in, out_t* out, int64_t n, GeluApprox approx) {
-  using acc_t = at::opmath_type<in_t>;
-  if (approx == GeluApprox::Tanh) {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<out_t>(gelu_tanh<acc_t>(acc_t(in[i])));
+  if constexpr (std::is_same_v<in_t, double>) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<out_t>(gelu<double>(in[i], approx));
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<out_t>(gelu_erf<acc_t>(acc_t(in[i])));
+    map_as_f32(in, out, n, [approx](const float* a, float* b, int64_t m) { vec::gelu_f32(a, b, m, approx); });
   }
 }
 
 // Mean and 1/sqrt(var + eps) of x[0, n), accumulated in float64 with a two-pass variance.
 template <typename in_t>
 void mean_rstd(const in_t* x, int64_t n, double eps, double& mean, double& rstd) {
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
-  mean = sum / static_cast<double>(n);
-  double m2 = 0;
-#pragma omp simd reduction(+ : m2)
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(x[i]) - mean;
-    m2 += d * d;
+  double sum = 0, m2 = 0;
+  if constexpr (std::is_same_v<in_t, double>) {
+    for (int64_t i = 0; i < n; ++i) sum += x[i];
+    mean = sum / static_cast<double>(n);
+    for (int64_t i = 0; i < n; ++i) m2 += (x[i] - mean) * (x[i] - mean);
+  } else {
+    scan_as_f32(x, n, [&](const float* a, int64_t m) { double s; vec::sum_f32(a, m, s); sum += s; });
+    mean = sum / static_cast<double>(n);
+    scan_as_f32(x, n, [&](const float* a, int64_t m) { double s; vec::sum_sq_dev_f32(a, m, mean, s); m2 += s; });
   }
   rstd = 1.0 / std::sqrt(m2 / static_cast<double>(n) + eps);
 }
 
 // One (sample, group) slice of group_norm: x and y are [C_g, HW] contiguous; gamma / beta point at
 // the group's first channel (or are null). y may alias x.
+// (x - mean) * scale + beta rather than x * scale + shift: no cancellation when var << mean^2.
 template <typename in_t, typename out_t, typename acc_t>
 void group_norm_slice(const in_t* x, out_t* y, int64_t C_g, int64_t HW, const acc_t* gamma,
                       const acc_t* beta, double eps) {
   double mean, rstd;
   mean_rstd(x, C_g * HW, eps, mean, rstd);
-  // (x - mean) * scale + beta rather than x * scale + shift: no cancellation when var << mean^2.
-  const acc_t mean_a = static_cast<acc_t>(mean);
   for (int64_t c = 0; c < C_g; ++c) {
-    const acc_t scale = static_cast<acc_t>(rstd * (gamma ? static_cast<double>(gamma[c]) : 1.0));
-    const acc_t shift = beta ? beta[c] : acc_t(0);
+    const double scale = rstd * (gamma ? static_cast<double>(gamma[c]) : 1.0);
+    const double shift = beta ? static_cast<double>(beta[c]) : 0.0;
     const in_t* xc = x + c * HW;
     out_t* yc = y + c * HW;
-#pragma omp simd
-    for (int64_t i = 0; i < HW; ++i) yc[i] = static_cast<out_t>((acc_t(xc[i]) - mean_a) * scale + shift);
+    if constexpr (std::is_same_v<in_t, double>) {
+      for (int64_t i = 0; i < HW; ++i) yc[i] = static_cast<out_t>((xc[i] - mean) * scale + shift);
+    } else {
+      map_as_f32(xc, yc, HW, [&](const float* a, float* b, int64_t m) {
+        vec::normalize_f32(a, b, m, static_cast<float>(mean), static_cast<float>(scale),
+                           static_cast<float>(shift));
+      });
+    }
   }
 }
 

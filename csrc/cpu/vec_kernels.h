@@ -1,0 +1,19 @@
+#pragma once
+// float32 inner loops compiled once per x86-64 level (AVX-512, AVX2+FMA, baseline) and picked at
+// load time (GCC target_clones), so the wheel runs on any x86-64 CPU and is fast on recent ones.
+#include <cstdint>
+
+#include "common/gelu_math.h"
+
+namespace myops {
+namespace vec {
+
+void gelu_f32(const float* in, float* out, int64_t n, GeluApprox approx);
+// sum and sum of squared deviations from `center`, in float64
+void sum_f32(const float* x, int64_t n, double& sum);
+void sum_sq_dev_f32(const float* x, int64_t n, double center, double& m2);
+// y = (x - mean) * scale + shift
+void normalize_f32(const float* x, float* y, int64_t n, float mean, float scale, float shift);
+
+}  // namespace vec
+}  // namespace myops

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Compiles every csrc/cuda/*.cu with nvcc for sm_90 (they include no torch header, so this works on
+# a CPU-only machine). Fails if nvcc is missing while .cu files exist.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shopt -s nullglob
+sources=(csrc/cuda/*.cu)
+if [ ${#sources[@]} -eq 0 ]; then echo "no CUDA sources"; exit 0; fi
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+out=$(mktemp -d)
+for f in "${sources[@]}"; do
+  "$NVCC" -std=c++17 -O3 --expt-relaxed-constexpr -Icsrc \
+    -gencode=arch=compute_90,code=sm_90 -c "$f" -o "$out/$(basename "$f").o"
+  echo "nvcc ok: $f"
+done
