@@ -1,0 +1,147 @@
+// CUDA dispatch-key registrations: argument checks (csrc/shapes.h), device guard, allocation,
+// current stream, dtype mapping, launch-error checks. The kernels live in the .cu files.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "cuda/conv_transpose2d.cuh"
+#include "cuda/norm_act.cuh"
+#include "shapes.h"
+
+namespace myops {
+namespace {
+
+cuda::DType kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return cuda::DType::F32;
+    case at::kDouble: return cuda::DType::F64;
+    case at::kHalf: return cuda::DType::F16;
+    case at::kBFloat16: return cuda::DType::BF16;
+    default: TORCH_CHECK(false, "myops: unsupported dtype ", t);
+  }
+}
+
+void check_launch(cudaError_t err, const char* op) {
+  TORCH_CHECK(err == cudaSuccess, "myops::", op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+}
+
+const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
+
+at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? t->contiguous() : at::Tensor();
+}
+
+// The transposed convolution into a new contiguous NCHW tensor, with the given epilogue.
+at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                        const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
+                        const cuda::ConvEpilogue& epilogue) {
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = weight.contiguous();
+  const at::Tensor b = contiguous_or_undefined(bias);
+  at::Tensor prepared = at::empty({cuda::conv_prepared_weight_numel(p)}, w.options());
+  at::Tensor out = at::empty({p.N, p.C_out, p.OH, p.OW}, x.options());
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto dtype = kernel_dtype(x.scalar_type());
+  check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, p, stream), op);
+  // PyTorch's flag for convolutions: TF32 unless torch.backends.cudnn.allow_tf32 is off
+  const auto fp32_math = at::globalContext().allowTF32CuDNN() ? cuda::Fp32Math::TF32 : cuda::Fp32Math::Exact;
+  check_launch(cuda::conv_transpose2d_forward(x.const_data_ptr(), prepared.const_data_ptr(), ptr_or_null(b),
+                                              out.data_ptr(), dtype, fp32_math, p, epilogue, stream),
+               op);
+  return out;
+}
+
+at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                 int64_t groups, at::IntArrayRef dilation) {
+  const auto p = check_conv_transpose2d("conv_transpose2d", input, weight, bias, stride, padding,
+                                        output_padding, groups, dilation);
+  const c10::cuda::CUDAGuard guard(input.device());
+  return conv_forward("conv_transpose2d", input, weight, bias, p, {})
+      .contiguous(output_memory_format(input));
+}
+
+at::Tensor gelu_cuda(const at::Tensor& self, c10::string_view approximate) {
+  check_floating("gelu", "self", self);
+  const GeluApprox approx = check_gelu_approximate("gelu", approximate);
+  const c10::cuda::CUDAGuard guard(self.device());
+  at::Tensor out = at::empty_like(self);
+  const at::Tensor x = self.strides() == out.strides() ? self : at::empty_like(out).copy_(self);
+  check_launch(cuda::gelu_forward(x.const_data_ptr(), out.data_ptr(), x.numel(),
+                                  kernel_dtype(x.scalar_type()), approx, at::cuda::getCurrentCUDAStream()),
+               "gelu");
+  return out;
+}
+
+// Normalises contiguous x [N, C, *] into y with freshly computed or given statistics.
+void group_norm_apply(const char* op, const at::Tensor& x, at::Tensor& y, int64_t num_groups,
+                      const at::Tensor& mean, const at::Tensor& rstd,
+                      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  const int64_t N = x.size(0), C = x.size(1), HW = N * C == 0 ? 0 : x.numel() / (N * C);
+  const at::Tensor gamma = contiguous_or_undefined(weight), beta = contiguous_or_undefined(bias);
+  check_launch(cuda::group_norm_apply(x.const_data_ptr(), y.data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW,
+                                      num_groups, mean.const_data_ptr<double>(), rstd.const_data_ptr<double>(),
+                                      ptr_or_null(gamma), ptr_or_null(beta), at::cuda::getCurrentCUDAStream()),
+               op);
+}
+
+at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
+                           const std::optional<at::Tensor>& weight,
+                           const std::optional<at::Tensor>& bias, double eps) {
+  check_group_norm("group_norm", input, num_groups, weight, bias);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::Tensor x = input.contiguous();
+  at::Tensor out = at::empty_like(x);
+  const int64_t N = x.size(0), C = x.size(1), HW = N * C == 0 ? 0 : x.numel() / (N * C);
+  const auto stat_opts = x.options().dtype(at::kDouble);
+  at::Tensor mean = at::empty({N * num_groups}, stat_opts), rstd = at::empty({N * num_groups}, stat_opts);
+  check_launch(cuda::group_norm_stats(x.const_data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW, num_groups,
+                                      eps, mean.data_ptr<double>(), rstd.data_ptr<double>(),
+                                      at::cuda::getCurrentCUDAStream()),
+               "group_norm");
+  group_norm_apply("group_norm", x, out, num_groups, mean, rstd, weight, bias);
+  return out.contiguous(output_memory_format(input));
+}
+
+at::Tensor conv_transpose2d_gelu_group_norm_cuda(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
+    const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps) {
+  constexpr const char* kOp = "conv_transpose2d_gelu_group_norm";
+  const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding,
+                                        groups, dilation);
+  const GeluApprox approx = check_gelu_approximate(kOp, approximate);
+  check_group_norm_channels(kOp, input, p.C_out, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
+  const c10::cuda::CUDAGuard guard(input.device());
+  // 1) conv + bias + GELU, writing per-tile GroupNorm partials; 2) fixed-order reduction to
+  // mean / rstd per (n, group); 3) normalise in place.
+  const int64_t tiles = cuda::conv_tiles_per_sample(p);
+  at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(at::kFloat));
+  cuda::ConvEpilogue ep;
+  ep.gelu = true;
+  ep.approx = approx;
+  ep.tile_stats = tile_stats.data_ptr<float>();
+  at::Tensor out = conv_forward(kOp, input, weight, bias, p, ep);
+  const auto stat_opts = input.options().dtype(at::kDouble);
+  at::Tensor mean = at::empty({p.N * num_groups}, stat_opts), rstd = at::empty({p.N * num_groups}, stat_opts);
+  check_launch(cuda::group_norm_stats_from_tiles(tile_stats.const_data_ptr<float>(), p.N, p.C_out, tiles,
+                                                 num_groups, eps, mean.data_ptr<double>(),
+                                                 rstd.data_ptr<double>(), at::cuda::getCurrentCUDAStream()),
+               kOp);
+  group_norm_apply(kOp, out, out, num_groups, mean, rstd, gn_weight, gn_bias);
+  return out.contiguous(output_memory_format(input));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("conv_transpose2d", &conv_transpose2d_cuda);
+  m.impl("gelu", &gelu_cuda);
+  m.impl("group_norm", &group_norm_cuda);
+  m.impl("conv_transpose2d_gelu_group_norm", &conv_transpose2d_gelu_group_norm_cuda);
+}
+
+}  // namespace myops

@@ -1,0 +1,331 @@
+// Implicit-GEMM conv_transpose2d. One block = kConvTileM output pixels of one phase of one sample
+// x BN output channels of one group. The K loop visits only the taps that reach the block's
+// phase (a block-uniform test), C_in / groups in chunks of kBK. Tensor cores through WMMA: TF32
+// for float32 (when allowed), bf16 / fp16 with float32 accumulation; float64 and strict float32
+// run an FFMA micro-tile. The epilogue adds the bias, optionally applies GELU, writes the output
+// and optionally the per-tile GroupNorm partials of its channels.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "cuda/conv_transpose2d.cuh"
+#include "cuda/dtype_traits.cuh"
+
+namespace myops {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kBM = kConvTileM;
+constexpr int kBK = 16;
+constexpr int kPadAB = 8;  // keeps WMMA pointers 32-byte aligned and spreads smem banks
+constexpr int kPadC = 4;
+
+struct Phase {
+  int64_t rh, rw;      // output residues: oh = rh + sH * j, ow = rw + sW * i
+  int64_t OHp, OWp;    // phase grid size
+  int64_t tile;        // tile index inside the phase
+};
+
+__host__ __device__ inline int64_t phase_extent(int64_t out, int64_t r, int64_t s) {
+  return out > r ? (out - r + s - 1) / s : 0;
+}
+
+// Finds the phase and in-phase tile of flat tile index t (phases in row-major residue order).
+__device__ inline Phase decode_tile(int64_t t, const ConvTranspose2dParams& p) {
+  for (int64_t rh = 0; rh < p.sH; ++rh) {
+    for (int64_t rw = 0; rw < p.sW; ++rw) {
+      const int64_t OHp = phase_extent(p.OH, rh, p.sH), OWp = phase_extent(p.OW, rw, p.sW);
+      const int64_t tiles = (OHp * OWp + kBM - 1) / kBM;
+      if (t < tiles) return {rh, rw, OHp, OWp, t};
+      t -= tiles;
+    }
+  }
+  return {0, 0, 0, 0, 0};
+}
+
+// Input offset of tap k along one dimension for output residue r: i_in = j + tap_offset, valid
+// only when (r + pad - k * dil) is a multiple of the stride.
+__device__ inline bool tap_hits_phase(int64_t r, int64_t pad, int64_t k_off, int64_t s, int64_t& offset) {
+  const int64_t a = r + pad - k_off;
+  const int64_t rem = ((a % s) + s) % s;
+  offset = (a - rem) / s;
+  return rem == 0;
+}
+
+template <typename T, bool kTensorCore, int BN>
+struct TileConfig {
+  using smem_t = T;  // A / B tiles hold the input dtype; TF32 rounding happens in the fragments
+  using acc_t = typename DTypeTraits<T>::acc_t;
+  static constexpr int kLdA = kBM + kPadAB, kLdB = BN + kPadAB, kLdC = kBM + kPadC;
+  static constexpr size_t kBytesAB = sizeof(smem_t) * kBK * (kLdA + kLdB);
+  static constexpr size_t kBytesC = sizeof(acc_t) * BN * kLdC;
+  static constexpr size_t kSmem = kBytesAB > kBytesC ? kBytesAB : kBytesC;
+};
+
+template <typename T, bool kTensorCore, int BN>
+__global__ void __launch_bounds__(kThreads)
+    conv_transpose2d_kernel(const T* __restrict__ x, const T* __restrict__ wt,
+                            const T* __restrict__ bias, T* __restrict__ out,
+                            ConvTranspose2dParams p, ConvEpilogue ep, int64_t n_base,
+                            int64_t tiles_per_sample) {
+  using Cfg = TileConfig<T, kTensorCore, BN>;
+  using smem_t = typename Cfg::smem_t;
+  using acc_t = typename Cfg::acc_t;
+  constexpr int kLdA = Cfg::kLdA, kLdB = Cfg::kLdB, kLdC = Cfg::kLdC;
+  __shared__ __align__(128) unsigned char smem_raw[Cfg::kSmem];
+  smem_t* As = reinterpret_cast<smem_t*>(smem_raw);  // [kBK][kLdA]  (pixel-contiguous)
+  smem_t* Bs = As + kBK * kLdA;                       // [kBK][kLdB]  (channel-contiguous)
+  acc_t* Cs = reinterpret_cast<acc_t*>(smem_raw);     // [BN][kLdC]   (epilogue, reuses A / B)
+
+  const int tid = threadIdx.x;
+  const int64_t n = n_base + blockIdx.z;
+  const int64_t n_col_tiles = (p.C_out_g + BN - 1) / BN;
+  const int64_t g = blockIdx.y / n_col_tiles;
+  const int64_t oc0 = (blockIdx.y % n_col_tiles) * BN;  // first output channel within the group
+  const Phase ph = decode_tile(blockIdx.x, p);
+  const int64_t P = ph.OHp * ph.OWp;
+  const int64_t m_base = ph.tile * kBM;
+
+  // This thread's A-load pixel (fixed for the whole K loop) and its k rows.
+  const int a_m = tid % kBM;
+  const int a_k0 = tid / kBM;  // 0..1; rows a_k0, a_k0 + 2, ...
+  const int64_t a_mg = m_base + a_m;
+  const bool a_valid = a_mg < P;
+  const int64_t a_j = a_valid ? a_mg / ph.OWp : 0, a_i = a_valid ? a_mg % ph.OWp : 0;
+  const int64_t HW = p.H * p.W;
+  const T* x_group = x + (n * p.C_in + g * p.C_in_g) * HW;
+  const int64_t taps = p.kH * p.kW;
+  const T* wt_group = wt + g * taps * p.C_in_g * p.C_out_g;
+
+  // FFMA micro-tile: thread (tx, ty) owns pixels tx + 16 * a and channels ty + 16 * b.
+  constexpr int kTM = kBM / 16, kTN = BN / 16;
+  acc_t acc[kTensorCore ? 1 : kTM][kTensorCore ? 1 : kTN];
+  // Tensor cores: 8 warps as kWM x kWN, each owning (kBM / kWM) x 32.
+  constexpr int kWN = BN / 32, kWM = 8 / kWN, kFragM = kBM / kWM / 16, kFragN = 2;
+  using namespace nvcuda;
+  using Mma = typename DTypeTraits<T>::template Wmma<kTensorCore>;
+  typename Mma::Acc cfrag[kTensorCore ? kFragM : 1][kTensorCore ? kFragN : 1];
+  const int warp = tid / 32, wm = warp % kWM, wn = warp / kWM;
+  if constexpr (kTensorCore) {
+#pragma unroll
+    for (int a = 0; a < kFragM; ++a)
+#pragma unroll
+      for (int b = 0; b < kFragN; ++b) wmma::fill_fragment(cfrag[a][b], 0.0f);
+  } else {
+#pragma unroll
+    for (int a = 0; a < kTM; ++a)
+#pragma unroll
+      for (int b = 0; b < kTN; ++b) acc[a][b] = acc_t(0);
+  }
+
+  for (int64_t kh = 0; kh < p.kH; ++kh) {
+    int64_t off_h;
+    if (!tap_hits_phase(ph.rh, p.pH, kh * p.dH, p.sH, off_h)) continue;  // block-uniform
+    const int64_t ih = a_j + off_h;
+    for (int64_t kw = 0; kw < p.kW; ++kw) {
+      int64_t off_w;
+      if (!tap_hits_phase(ph.rw, p.pW, kw * p.dW, p.sW, off_w)) continue;
+      const int64_t iw = a_i + off_w;
+      const bool pix_ok = a_valid && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+      const T* x_pix = x_group + (pix_ok ? ih * p.W + iw : 0);
+      const T* wt_tap = wt_group + (kh * p.kW + kw) * p.C_in_g * p.C_out_g;
+      for (int64_t ic0 = 0; ic0 < p.C_in_g; ic0 += kBK) {
+#pragma unroll
+        for (int r = 0; r < kBK / 2; ++r) {
+          const int k = a_k0 + 2 * r;
+          const int64_t ic = ic0 + k;
+          T v = (pix_ok && ic < p.C_in_g) ? x_pix[ic * HW] : T(0);
+          As[k * kLdA + a_m] = v;
+        }
+#pragma unroll
+        for (int r = 0; r < kBK * BN / kThreads; ++r) {
+          const int idx = tid + kThreads * r;
+          const int k = idx / BN, c = idx % BN;
+          const int64_t ic = ic0 + k, oc = oc0 + c;
+          T v = (ic < p.C_in_g && oc < p.C_out_g) ? wt_tap[ic * p.C_out_g + oc] : T(0);
+          Bs[k * kLdB + c] = v;
+        }
+        __syncthreads();
+        if constexpr (kTensorCore) {
+#pragma unroll
+          for (int kk = 0; kk < kBK; kk += Mma::kK) {
+            typename Mma::A afrag[kFragM];
+            typename Mma::B bfrag[kFragN];
+#pragma unroll
+            for (int a = 0; a < kFragM; ++a) {
+              wmma::load_matrix_sync(afrag[a], As + kk * kLdA + (wm * kFragM + a) * 16, kLdA);
+              Mma::round(afrag[a]);
+            }
+#pragma unroll
+            for (int b = 0; b < kFragN; ++b) {
+              wmma::load_matrix_sync(bfrag[b], Bs + kk * kLdB + (wn * kFragN + b) * 16, kLdB);
+              Mma::round(bfrag[b]);
+            }
+#pragma unroll
+            for (int a = 0; a < kFragM; ++a)
+#pragma unroll
+              for (int b = 0; b < kFragN; ++b) wmma::mma_sync(cfrag[a][b], afrag[a], bfrag[b], cfrag[a][b]);
+          }
+        } else {
+          const int tx = tid % 16, ty = tid / 16;
+#pragma unroll
+          for (int kk = 0; kk < kBK; ++kk) {
+            acc_t av[kTM], bv[kTN];
+#pragma unroll
+            for (int a = 0; a < kTM; ++a) av[a] = static_cast<acc_t>(As[kk * kLdA + tx + 16 * a]);
+#pragma unroll
+            for (int b = 0; b < kTN; ++b) bv[b] = static_cast<acc_t>(Bs[kk * kLdB + ty + 16 * b]);
+#pragma unroll
+            for (int a = 0; a < kTM; ++a)
+#pragma unroll
+              for (int b = 0; b < kTN; ++b) acc[a][b] = fma(av[a], bv[b], acc[a][b]);
+          }
+        }
+        __syncthreads();
+      }
+    }
+  }
+
+  // Accumulators -> Cs[channel][pixel].
+  if constexpr (kTensorCore) {
+#pragma unroll
+    for (int a = 0; a < kFragM; ++a)
+#pragma unroll
+      for (int b = 0; b < kFragN; ++b)
+        wmma::store_matrix_sync(Cs + (wn * kFragN + b) * 16 * kLdC + (wm * kFragM + a) * 16,
+                                cfrag[a][b], kLdC, wmma::mem_col_major);
+  } else {
+    const int tx = tid % 16, ty = tid / 16;
+#pragma unroll
+    for (int a = 0; a < kTM; ++a)
+#pragma unroll
+      for (int b = 0; b < kTN; ++b) Cs[(ty + 16 * b) * kLdC + tx + 16 * a] = acc[a][b];
+  }
+  __syncthreads();
+
+  // Epilogue: bias, GELU, store (coalesced along pixels).
+  const int64_t c_valid = min(static_cast<int64_t>(BN), p.C_out_g - oc0);
+  const int64_t m_valid = min(static_cast<int64_t>(kBM), P - m_base);
+  for (int idx = tid; idx < BN * kBM; idx += kThreads) {
+    const int c = idx / kBM, m = idx % kBM;
+    if (c >= c_valid || m >= m_valid) continue;
+    const int64_t oc = g * p.C_out_g + oc0 + c;
+    acc_t v = Cs[c * kLdC + m];
+    if (bias) v += static_cast<acc_t>(bias[oc]);
+    if (ep.gelu) v = gelu<acc_t>(v, ep.approx);
+    Cs[c * kLdC + m] = v;
+    const int64_t mg = m_base + m;
+    const int64_t oh = ph.rh + p.sH * (mg / ph.OWp), ow = ph.rw + p.sW * (mg % ph.OWp);
+    out[((n * p.C_out + oc) * p.OH + oh) * p.OW + ow] = static_cast<T>(v);
+  }
+  if (ep.tile_stats == nullptr) return;
+  __syncthreads();
+  // GroupNorm partials: per channel, (count, mean, M2) of this tile's pixels.
+  for (int c = tid; c < c_valid; c += kThreads) {
+    acc_t sum = 0;
+    for (int m = 0; m < m_valid; ++m) sum += Cs[c * kLdC + m];
+    const acc_t mean = sum / static_cast<acc_t>(m_valid);
+    acc_t m2 = 0;
+    for (int m = 0; m < m_valid; ++m) {
+      const acc_t d = Cs[c * kLdC + m] - mean;
+      m2 += d * d;
+    }
+    const int64_t oc = g * p.C_out_g + oc0 + c;
+    float* s = ep.tile_stats + ((n * p.C_out + oc) * tiles_per_sample + blockIdx.x) * 3;
+    s[0] = static_cast<float>(m_valid);
+    s[1] = static_cast<float>(mean);
+    s[2] = static_cast<float>(m2);
+  }
+}
+
+template <typename T>
+__global__ void prepare_weight_kernel(const T* __restrict__ w, T* __restrict__ wt,
+                                      ConvTranspose2dParams p) {
+  const int64_t taps = p.kH * p.kW, total = p.C_in * p.C_out_g * taps;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    // source [C_in][C_out_g][taps] -> destination [groups][taps][C_in_g][C_out_g]
+    const int64_t tap = idx % taps, oc = (idx / taps) % p.C_out_g, ic = idx / (taps * p.C_out_g);
+    const int64_t g = ic / p.C_in_g, icg = ic % p.C_in_g;
+    wt[((g * taps + tap) * p.C_in_g + icg) * p.C_out_g + oc] = w[idx];
+  }
+}
+
+template <typename T, bool kTensorCore, int BN>
+cudaError_t launch(const T* x, const T* wt, const T* bias, T* out, const ConvTranspose2dParams& p,
+                   const ConvEpilogue& ep, cudaStream_t stream) {
+  const int64_t tiles = conv_tiles_per_sample(p);
+  const int64_t col_tiles = p.groups * ((p.C_out_g + BN - 1) / BN);
+  if (tiles == 0 || p.N == 0) return cudaSuccess;
+  if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
+  for (int64_t n0 = 0; n0 < p.N; n0 += 65535) {  // grid.z limit
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
+                    static_cast<unsigned>(std::min<int64_t>(65535, p.N - n0)));
+    conv_transpose2d_kernel<T, kTensorCore, BN><<<grid, kThreads, 0, stream>>>(x, wt, bias, out, p, ep, n0, tiles);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <typename T, bool kTensorCore>
+cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out,
+                      const ConvTranspose2dParams& p, const ConvEpilogue& ep, cudaStream_t s) {
+  // Narrow column tiles when a group has few output channels (less padding work); float64 always
+  // takes the narrow tile (its epilogue buffer would not fit 48 KB at 64 channels).
+  const bool narrow = p.C_out_g <= 32 || std::is_same<T, double>::value;
+  auto* xt = static_cast<const T*>(x);
+  auto* wtt = static_cast<const T*>(wt);
+  auto* bt = static_cast<const T*>(bias);
+  auto* ot = static_cast<T*>(out);
+  if (narrow) return launch<T, kTensorCore, 32>(xt, wtt, bt, ot, p, ep, s);
+  if constexpr (!std::is_same<T, double>::value) return launch<T, kTensorCore, 64>(xt, wtt, bt, ot, p, ep, s);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+int64_t conv_tiles_per_sample(const ConvTranspose2dParams& p) {
+  int64_t tiles = 0;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw)
+      tiles += (phase_extent(p.OH, rh, p.sH) * phase_extent(p.OW, rw, p.sW) + kBM - 1) / kBM;
+  return tiles;
+}
+
+cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
+                                const ConvTranspose2dParams& p, cudaStream_t stream) {
+  const int64_t total = conv_prepared_weight_numel(p);
+  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
+  if (total == 0) return cudaSuccess;
+  switch (dtype) {
+    case DType::F32: prepare_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float*>(weight), static_cast<float*>(prepared), p); break;
+    case DType::F64: prepare_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const double*>(weight), static_cast<double*>(prepared), p); break;
+    case DType::F16: prepare_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __half*>(weight), static_cast<__half*>(prepared), p); break;
+    case DType::BF16: prepare_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(weight), static_cast<__nv_bfloat16*>(prepared), p); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight, const void* bias,
+                                     void* out, DType dtype, Fp32Math fp32_math,
+                                     const ConvTranspose2dParams& p, const ConvEpilogue& ep,
+                                     cudaStream_t stream) {
+  switch (dtype) {
+    case DType::F32:
+      return fp32_math == Fp32Math::TF32
+                 ? launch_bn<float, true>(x, prepared_weight, bias, out, p, ep, stream)
+                 : launch_bn<float, false>(x, prepared_weight, bias, out, p, ep, stream);
+    case DType::F64: return launch_bn<double, false>(x, prepared_weight, bias, out, p, ep, stream);
+    case DType::F16: return launch_bn<__half, true>(x, prepared_weight, bias, out, p, ep, stream);
+    case DType::BF16: return launch_bn<__nv_bfloat16, true>(x, prepared_weight, bias, out, p, ep, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace cuda
+}  // namespace myops

@@ -1,0 +1,233 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "cuda/dtype_traits.cuh"
+#include "cuda/norm_act.cuh"
+
+namespace myops {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Vec {
+  T v[kVec];
+};
+
+template <typename T>
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// ---- GELU ----------------------------------------------------------------------------------
+template <typename T>
+__global__ void gelu_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n_vec, int64_t n,
+                            GeluApprox approx) {
+  using acc_t = typename DTypeTraits<T>::acc_t;
+  constexpr int kVec = DTypeTraits<T>::kVec;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t i = t0; i < n_vec; i += stride) {  // 16-byte body
+    Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(x)[i];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v.v[k] = static_cast<T>(gelu<acc_t>(static_cast<acc_t>(v.v[k]), approx));
+    reinterpret_cast<Vec<T, kVec>*>(y)[i] = v;
+  }
+  for (int64_t i = n_vec * kVec + t0; i < n; i += stride)  // tail
+    y[i] = static_cast<T>(gelu<acc_t>(static_cast<acc_t>(x[i]), approx));
+}
+
+template <typename T>
+cudaError_t launch_gelu(const void* x, void* y, int64_t n, GeluApprox approx, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  constexpr int kVec = DTypeTraits<T>::kVec;
+  const bool vec_ok = aligned16<T>(x) && aligned16<T>(y);
+  const int64_t n_vec = vec_ok ? n / kVec : 0;
+  const int64_t work = std::max<int64_t>(n_vec, 1);
+  const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 132 * 16));
+  gelu_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n_vec, n, approx);
+  return cudaGetLastError();
+}
+
+// ---- fixed-order block reductions -----------------------------------------------------------
+// Sums `count` doubles per thread across the block (tree over thread index).
+template <int kCount>
+__device__ void block_sum(double (&v)[kCount]) {
+  __shared__ double red[kCount][kThreads];
+#pragma unroll
+  for (int k = 0; k < kCount; ++k) red[k][threadIdx.x] = v[k];
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width)
+#pragma unroll
+      for (int k = 0; k < kCount; ++k) red[k][threadIdx.x] += red[k][threadIdx.x + width];
+    __syncthreads();
+  }
+#pragma unroll
+  for (int k = 0; k < kCount; ++k) v[k] = red[k][0];
+}
+
+// ---- GroupNorm statistics over a tensor ------------------------------------------------------
+// One block per (n, group). Sums are taken around the group's first element (a shift that keeps
+// E[x^2] - E[x]^2 from cancelling when |mean| >> std), per thread in acc_t, then in float64.
+template <typename T>
+__global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel, double eps,
+                                   double* __restrict__ mean, double* __restrict__ rstd) {
+  using acc_t = typename DTypeTraits<T>::acc_t;
+  const T* xg = x + blockIdx.x * group_numel;
+  const acc_t shift = static_cast<acc_t>(xg[0]);
+  acc_t s = 0, ss = 0;
+  for (int64_t i = threadIdx.x; i < group_numel; i += kThreads) {
+    const acc_t d = static_cast<acc_t>(xg[i]) - shift;
+    s += d;
+    ss += d * d;
+  }
+  double v[2] = {static_cast<double>(s), static_cast<double>(ss)};
+  block_sum(v);
+  if (threadIdx.x == 0) {
+    const double m = v[0] / group_numel;
+    const double var = std::max(v[1] / group_numel - m * m, 0.0);
+    mean[blockIdx.x] = m + static_cast<double>(shift);
+    rstd[blockIdx.x] = rsqrt(var + eps);
+  }
+}
+
+// ---- GroupNorm statistics from the conv epilogue's tile partials -----------------------------
+struct Moments {
+  double n, mean, m2;
+};
+__device__ inline Moments combine(Moments a, Moments b) {  // Chan et al.
+  const double n = a.n + b.n;
+  if (n == 0) return a;
+  const double delta = b.mean - a.mean;
+  return {n, a.mean + delta * (b.n / n), a.m2 + b.m2 + delta * delta * (a.n * b.n / n)};
+}
+
+__global__ void group_stats_from_tiles_kernel(const float* __restrict__ tiles, int64_t per_group,
+                                              double eps, double* __restrict__ mean,
+                                              double* __restrict__ rstd) {
+  // the group's (channel, tile) entries are contiguous: [C_g][tiles][3]
+  const float* t = tiles + blockIdx.x * per_group * 3;
+  Moments acc{0, 0, 0};
+  for (int64_t i = threadIdx.x; i < per_group; i += kThreads)
+    acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
+  __shared__ Moments red[kThreads];
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) red[threadIdx.x] = combine(red[threadIdx.x], red[threadIdx.x + width]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = red[0].mean;
+    rstd[blockIdx.x] = rsqrt(red[0].m2 / red[0].n + eps);
+  }
+}
+
+// ---- normalise -------------------------------------------------------------------------------
+// grid: (blocks per plane, N * C). Each block normalises part of one (n, c) plane.
+template <typename T>
+__global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t plane0, int64_t C,
+                                        int64_t HW, int64_t C_g, const double* __restrict__ mean,
+                                        const double* __restrict__ rstd, const T* __restrict__ gamma,
+                                        const T* __restrict__ beta, bool vec_ok) {
+  using acc_t = typename DTypeTraits<T>::acc_t;
+  constexpr int kVec = DTypeTraits<T>::kVec;
+  const int64_t plane = plane0 + blockIdx.y;
+  const int64_t c = plane % C, ng = (plane / C) * (C / C_g) + c / C_g;
+  const double sc = rstd[ng] * (gamma ? static_cast<double>(static_cast<acc_t>(gamma[c])) : 1.0);
+  const acc_t scale = static_cast<acc_t>(sc);
+  const acc_t mu = static_cast<acc_t>(mean[ng]);
+  const acc_t shift = beta ? static_cast<acc_t>(beta[c]) : acc_t(0);
+  const T* xp = x + plane * HW;
+  T* yp = y + plane * HW;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t t0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t n_vec = vec_ok ? HW / kVec : 0;
+  for (int64_t i = t0; i < n_vec; i += stride) {
+    Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(xp)[i];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v.v[k] = static_cast<T>((static_cast<acc_t>(v.v[k]) - mu) * scale + shift);
+    reinterpret_cast<Vec<T, kVec>*>(yp)[i] = v;
+  }
+  for (int64_t i = n_vec * kVec + t0; i < HW; i += stride)
+    yp[i] = static_cast<T>((static_cast<acc_t>(xp[i]) - mu) * scale + shift);
+}
+
+template <typename T>
+cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t HW, int64_t G,
+                         const double* mean, const double* rstd, const void* gamma,
+                         const void* beta, cudaStream_t s) {
+  constexpr int kVec = DTypeTraits<T>::kVec;
+  if (N * C * HW == 0) return cudaSuccess;
+  // whole vectors per plane need HW % kVec == 0 (each plane then starts aligned too)
+  const bool vec_ok = aligned16<T>(x) && aligned16<T>(y) && HW % kVec == 0;
+  const int64_t per_plane = (vec_ok ? HW / kVec : HW);
+  const int64_t bx = std::min<int64_t>((per_plane + kThreads - 1) / kThreads, 64);
+  for (int64_t p0 = 0; p0 < N * C; p0 += 65535) {  // grid.y limit
+    const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(std::min<int64_t>(N * C - p0, 65535)));
+    group_norm_apply_kernel<T><<<grid, kThreads, 0, s>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), p0, C, HW, C / G, mean, rstd,
+        static_cast<const T*>(gamma), static_cast<const T*>(beta), vec_ok);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaGetLastError();
+}
+
+template <typename F>
+cudaError_t dispatch(DType dtype, F f) {
+  switch (dtype) {
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    case DType::F16: return f(__half{});
+    case DType::BF16: return f(__nv_bfloat16{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t gelu_forward(const void* x, void* y, int64_t n, DType dtype, GeluApprox approx,
+                         cudaStream_t stream) {
+  return dispatch(dtype, [&](auto tag) { return launch_gelu<decltype(tag)>(x, y, n, approx, stream); });
+}
+
+cudaError_t group_norm_stats(const void* x, DType dtype, int64_t N, int64_t C, int64_t HW,
+                             int64_t num_groups, double eps, double* mean, double* rstd,
+                             cudaStream_t stream) {
+  const int64_t groups = N * num_groups;
+  if (groups == 0 || C * HW == 0) return cudaSuccess;
+  if (groups > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  const int64_t group_numel = (C / num_groups) * HW;
+  return dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    group_stats_kernel<T><<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), group_numel, eps, mean, rstd);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t group_norm_stats_from_tiles(const float* tile_stats, int64_t N, int64_t C,
+                                        int64_t tiles, int64_t num_groups, double eps,
+                                        double* mean, double* rstd, cudaStream_t stream) {
+  const int64_t groups = N * num_groups;
+  if (groups == 0) return cudaSuccess;
+  group_stats_from_tiles_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
+      tile_stats, (C / num_groups) * tiles, eps, mean, rstd);
+  return cudaGetLastError();
+}
+
+cudaError_t group_norm_apply(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
+                             int64_t num_groups, const double* mean, const double* rstd,
+                             const void* gamma, const void* beta, cudaStream_t stream) {
+  return dispatch(dtype, [&](auto tag) {
+    return launch_apply<decltype(tag)>(x, y, N, C, HW, num_groups, mean, rstd, gamma, beta, stream);
+  });
+}
+
+}  // namespace cuda
+}  // namespace myops

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On a GPU machine, in one run: build (CUDAExtension), the whole test suite, compute-sanitizer
+# (memcheck on every op, racecheck on the fused kernel), and the bench; a summary table last.
+# Logs go to $OUT (default /tmp/myops_gpu). Usage: bash scripts/gpu_check.sh [bench args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/myops_gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+summary=()
+step() {  # step NAME COMMAND...: runs it, logs to $OUT/NAME.log, records pass / fail
+  local name=$1; shift
+  local t0=$SECONDS
+  if "$@" >"$OUT/$name.log" 2>&1; then summary+=("| $name | ok | $((SECONDS - t0)) s | $(tail -n 1 "$OUT/$name.log") |")
+  else summary+=("| $name | FAILED | $((SECONDS - t0)) s | $(tail -n 1 "$OUT/$name.log") |"); fi
+}
+nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+step build python3 setup.py build_ext --inplace
+step pytest python3 -m pytest tests -q -x -p no:cacheprovider
+step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
+step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only
+if [ "${SKIP_BENCH:-0}" != 1 ]; then step bench python3 -m myops.bench --json "$OUT/bench.json" "$@"; cat "$OUT/bench.log" | grep '^|'; fi
+tail -n 25 "$OUT/pytest.log"
+printf '\n| step | result | time | last line |\n|---|---|---|---|\n'; printf '%s\n' "${summary[@]}"

@@ -1,0 +1,37 @@
+"""Small CUDA calls of every op for compute-sanitizer (memcheck / racecheck); checks results too."""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import myops  # noqa: F401
+
+fused_only = "--fused-only" in sys.argv
+dev = "cuda"
+torch.manual_seed(0)
+CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_padding, dilation, bias)
+    (2, 8, 8, 1, 7, 9, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True),
+    (1, 8, 4, 2, 5, 6, (3, 5), (2, 3), (1, 2), (1, 0), (2, 1), False),
+    (2, 4, 40, 1, 3, 4, (2, 2), (3, 2), (0, 1), (2, 1), (1, 1), True),
+]
+worst = 0.0
+for dtype in (torch.float32, torch.bfloat16, torch.float64):
+    for n, cin, cog, g, h, w, k, s, p, op, d, has_b in CONFIGS:
+        x = torch.randn(n, cin, h, w, device=dev, dtype=dtype)
+        wt = torch.randn(cin, cog, *k, device=dev, dtype=dtype)
+        b = torch.randn(cog * g, device=dev, dtype=dtype) if has_b else None
+        args = [list(s), list(p), list(op), g, list(d)]
+        ref = F.conv_transpose2d(x.double(), wt.double(), None if b is None else b.double(), s, p, op, g, d)
+        if not fused_only:
+            y = torch.ops.myops.conv_transpose2d(x, wt, b, *args)
+            worst = max(worst, ((y.double() - ref).abs().max() / ref.abs().max()).item())
+            torch.ops.myops.gelu(y, approximate="tanh")
+            torch.ops.myops.group_norm(y, 2 if (cog * g) % 2 == 0 else 1, None, None, 1e-5)
+        c_out = cog * g
+        gn_w = torch.randn(c_out, device=dev, dtype=dtype)
+        out = torch.ops.myops.conv_transpose2d_gelu_group_norm(x, wt, b, *args, "none", 2 if c_out % 2 == 0 else 1,
+                                                               gn_w, None, 1e-5)
+        fref = F.group_norm(F.gelu(ref), 2 if c_out % 2 == 0 else 1, gn_w.double(), None, 1e-5)
+        worst = max(worst, ((out.double() - fref).abs().max() / fref.abs().max()).item())
+torch.cuda.synchronize()
+print(f"sanitize cases done; worst relative max error {worst:.2e}")
