@@ -31,7 +31,8 @@ def build_extension():
     # no FP-trap semantics: lets GCC if-convert (and so vectorise) the branch-free math in csrc/cpu
     # -fopenmp: at::parallel_for is an inline OpenMP region, compiled in our own objects (the
     # loader then shares the libgomp that torch already loaded, so one thread pool)
-    cxx_flags = ["-O3", "-fopenmp", "-fno-trapping-math"]
+    openmp = [] if os.environ.get("MYOPS_NO_OPENMP") == "1" else ["-fopenmp"]
+    cxx_flags = ["-O3", "-fno-trapping-math"] + openmp
     include_dirs = [os.path.join(ROOT, "csrc")]
     if _want_cuda():
         sources += _sources("csrc/cuda/*.cpp") + _sources("csrc/cuda/*.cu")
@@ -43,10 +44,10 @@ def build_extension():
         return cpp_extension.CUDAExtension(
             "myops._C", sources, include_dirs=include_dirs,
             define_macros=[("MYOPS_WITH_CUDA", "1")],
-            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags}, extra_link_args=["-fopenmp"])
+            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags}, extra_link_args=openmp)
     return cpp_extension.CppExtension(
         "myops._C", sources, include_dirs=include_dirs,
-        extra_compile_args={"cxx": cxx_flags}, extra_link_args=["-fopenmp"])
+        extra_compile_args={"cxx": cxx_flags}, extra_link_args=openmp)
 
 
 setup(

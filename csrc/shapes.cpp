@@ -36,9 +36,16 @@ void check_floating(const char* op, const char* arg, const at::Tensor& t) {
 ConvTranspose2dParams check_conv_transpose2d(const char* op, const at::Tensor& input,
                                              const at::Tensor& weight,
                                              const std::optional<at::Tensor>& bias,
-                                             at::IntArrayRef stride, at::IntArrayRef padding,
-                                             at::IntArrayRef output_padding, int64_t groups,
-                                             at::IntArrayRef dilation) {
+                                             c10::SymIntArrayRef stride_sym,
+                                             c10::SymIntArrayRef padding_sym,
+                                             c10::SymIntArrayRef output_padding_sym,
+                                             c10::SymInt groups_sym,
+                                             c10::SymIntArrayRef dilation_sym) {
+  const at::IntArrayRef stride = C10_AS_INTARRAYREF_SLOW(stride_sym);
+  const at::IntArrayRef padding = C10_AS_INTARRAYREF_SLOW(padding_sym);
+  const at::IntArrayRef output_padding = C10_AS_INTARRAYREF_SLOW(output_padding_sym);
+  const at::IntArrayRef dilation = C10_AS_INTARRAYREF_SLOW(dilation_sym);
+  const int64_t groups = groups_sym.guard_int(__FILE__, __LINE__);
   MYOPS_CHECK_ARG(input.dim() == 4, op, "input",
                   "must be a 4-D tensor [N, C_in, H, W], got ", input.dim(), "-D");
   MYOPS_CHECK_ARG(weight.dim() == 4, op, "weight",

@@ -3,6 +3,7 @@
 // by the CPU and CUDA bindings. Every failed check raises a c10::Error whose message starts with
 // "myops::<op>: argument '<name>'" so that a user sees which op and which argument were wrong.
 #include <ATen/core/Tensor.h>
+#include <c10/core/SymIntArrayRef.h>
 #include <c10/util/string_view.h>
 
 #include <optional>
@@ -15,12 +16,14 @@
 
 namespace myops {
 
+// Kernels take the schema's SymInt types (the unboxing PyTorch defines for SymInt[] / SymInt);
+// real kernels only ever see concrete values, converted here.
 ConvTranspose2dParams check_conv_transpose2d(const char* op, const at::Tensor& input,
                                              const at::Tensor& weight,
                                              const std::optional<at::Tensor>& bias,
-                                             at::IntArrayRef stride, at::IntArrayRef padding,
-                                             at::IntArrayRef output_padding, int64_t groups,
-                                             at::IntArrayRef dilation);
+                                             c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+                                             c10::SymIntArrayRef output_padding, c10::SymInt groups,
+                                             c10::SymIntArrayRef dilation);
 
 GeluApprox check_gelu_approximate(const char* op, c10::string_view approximate);
 

@@ -75,9 +75,9 @@ at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& w
 namespace {
 
 at::Tensor conv_transpose2d_cpu(const at::Tensor& input, const at::Tensor& weight,
-                                const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                at::IntArrayRef padding, at::IntArrayRef output_padding,
-                                int64_t groups, at::IntArrayRef dilation) {
+                                const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
+                                c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+                                c10::SymInt groups, c10::SymIntArrayRef dilation) {
   const ConvTranspose2dParams p = check_conv_transpose2d(
       "conv_transpose2d", input, weight, bias, stride, padding, output_padding, groups, dilation);
   return conv_transpose2d_compute(input, weight, bias, p)

@@ -16,8 +16,8 @@ constexpr const char* kOp = "conv_transpose2d_gelu_group_norm";
 
 at::Tensor conv_transpose2d_gelu_group_norm_cpu(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
     double eps) {
   const ConvTranspose2dParams p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding,

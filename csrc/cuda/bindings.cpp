@@ -53,9 +53,9 @@ at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tenso
 }
 
 at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,
-                                 const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                 at::IntArrayRef padding, at::IntArrayRef output_padding,
-                                 int64_t groups, at::IntArrayRef dilation) {
+                                 const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
+                                 c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+                                 c10::SymInt groups, c10::SymIntArrayRef dilation) {
   const auto p = check_conv_transpose2d("conv_transpose2d", input, weight, bias, stride, padding,
                                         output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
@@ -107,8 +107,8 @@ at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
 
 at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
-    at::IntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps) {
   constexpr const char* kOp = "conv_transpose2d_gelu_group_norm";
   const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding,

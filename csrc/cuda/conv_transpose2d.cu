@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kThreads)
   using Cfg = TileConfig<T, kTensorCore, BN>;
   using smem_t = typename Cfg::smem_t;
   using acc_t = typename Cfg::acc_t;
+  using Traits = DTypeTraits<T>;
   constexpr int kLdA = Cfg::kLdA, kLdB = Cfg::kLdB, kLdC = Cfg::kLdC;
   __shared__ __align__(128) unsigned char smem_raw[Cfg::kSmem];
   smem_t* As = reinterpret_cast<smem_t*>(smem_raw);  // [kBK][kLdA]  (pixel-contiguous)
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int r = 0; r < kBK / 2; ++r) {
           const int k = a_k0 + 2 * r;
           const int64_t ic = ic0 + k;
-          T v = (pix_ok && ic < p.C_in_g) ? x_pix[ic * HW] : T(0);
+          T v = (pix_ok && ic < p.C_in_g) ? x_pix[ic * HW] : Traits::from_acc(acc_t(0));
           As[k * kLdA + a_m] = v;
         }
 #pragma unroll
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
           const int idx = tid + kThreads * r;
           const int k = idx / BN, c = idx % BN;
           const int64_t ic = ic0 + k, oc = oc0 + c;
-          T v = (ic < p.C_in_g && oc < p.C_out_g) ? wt_tap[ic * p.C_out_g + oc] : T(0);
+          T v = (ic < p.C_in_g && oc < p.C_out_g) ? wt_tap[ic * p.C_out_g + oc] : Traits::from_acc(acc_t(0));
           Bs[k * kLdB + c] = v;
         }
         __syncthreads();
@@ -176,9 +177,9 @@ __global__ void __launch_bounds__(kThreads)
           for (int kk = 0; kk < kBK; ++kk) {
             acc_t av[kTM], bv[kTN];
 #pragma unroll
-            for (int a = 0; a < kTM; ++a) av[a] = static_cast<acc_t>(As[kk * kLdA + tx + 16 * a]);
+            for (int a = 0; a < kTM; ++a) av[a] = Traits::to_acc(As[kk * kLdA + tx + 16 * a]);
 #pragma unroll
-            for (int b = 0; b < kTN; ++b) bv[b] = static_cast<acc_t>(Bs[kk * kLdB + ty + 16 * b]);
+            for (int b = 0; b < kTN; ++b) bv[b] = Traits::to_acc(Bs[kk * kLdB + ty + 16 * b]);
 #pragma unroll
             for (int a = 0; a < kTM; ++a)
 #pragma unroll
@@ -215,12 +216,12 @@ __global__ void __launch_bounds__(kThreads)
     if (c >= c_valid || m >= m_valid) continue;
     const int64_t oc = g * p.C_out_g + oc0 + c;
     acc_t v = Cs[c * kLdC + m];
-    if (bias) v += static_cast<acc_t>(bias[oc]);
+    if (bias) v += Traits::to_acc(bias[oc]);
     if (ep.gelu) v = gelu<acc_t>(v, ep.approx);
     Cs[c * kLdC + m] = v;
     const int64_t mg = m_base + m;
     const int64_t oh = ph.rh + p.sH * (mg / ph.OWp), ow = ph.rw + p.sW * (mg % ph.OWp);
-    out[((n * p.C_out + oc) * p.OH + oh) * p.OW + ow] = static_cast<T>(v);
+    out[((n * p.C_out + oc) * p.OH + oh) * p.OW + ow] = Traits::from_acc(v);
   }
   if (ep.tile_stats == nullptr) return;
   __syncthreads();

@@ -18,6 +18,8 @@ struct DTypeTraits;
 template <>
 struct DTypeTraits<float> {
   using acc_t = float;
+  __device__ static float to_acc(float v) { return v; }
+  __device__ static float from_acc(float v) { return v; }
   static constexpr int kVec = 4;
   struct Tf32 {
     static constexpr int kK = 8;
@@ -37,6 +39,8 @@ struct DTypeTraits<float> {
 template <>
 struct DTypeTraits<double> {
   using acc_t = double;
+  __device__ static double to_acc(double v) { return v; }
+  __device__ static double from_acc(double v) { return v; }
   static constexpr int kVec = 2;
   template <bool kTensorCore>
   using Wmma = NoWmma;
@@ -54,7 +58,10 @@ struct HalfWmma {
 
 template <>
 struct DTypeTraits<__half> {
+  // explicit intrinsics: torch builds with __CUDA_NO_HALF_CONVERSIONS__
   using acc_t = float;
+  __device__ static float to_acc(__half v) { return __half2float(v); }
+  __device__ static __half from_acc(float v) { return __float2half_rn(v); }
   static constexpr int kVec = 8;
   template <bool kTensorCore>
   using Wmma = typename std::conditional<kTensorCore, HalfWmma<__half>, NoWmma>::type;
@@ -63,6 +70,8 @@ struct DTypeTraits<__half> {
 template <>
 struct DTypeTraits<__nv_bfloat16> {
   using acc_t = float;
+  __device__ static float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 from_acc(float v) { return __float2bfloat16_rn(v); }
   static constexpr int kVec = 8;
   template <bool kTensorCore>
   using Wmma = typename std::conditional<kTensorCore, HalfWmma<__nv_bfloat16>, NoWmma>::type;

@@ -27,17 +27,18 @@ template <typename T>
 __global__ void gelu_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n_vec, int64_t n,
                             GeluApprox approx) {
   using acc_t = typename DTypeTraits<T>::acc_t;
+  using Tr = DTypeTraits<T>;
   constexpr int kVec = DTypeTraits<T>::kVec;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t t0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   for (int64_t i = t0; i < n_vec; i += stride) {  // 16-byte body
     Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(x)[i];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v.v[k] = static_cast<T>(gelu<acc_t>(static_cast<acc_t>(v.v[k]), approx));
+    for (int k = 0; k < kVec; ++k) v.v[k] = Tr::from_acc(gelu<acc_t>(Tr::to_acc(v.v[k]), approx));
     reinterpret_cast<Vec<T, kVec>*>(y)[i] = v;
   }
   for (int64_t i = n_vec * kVec + t0; i < n; i += stride)  // tail
-    y[i] = static_cast<T>(gelu<acc_t>(static_cast<acc_t>(x[i]), approx));
+    y[i] = Tr::from_acc(gelu<acc_t>(Tr::to_acc(x[i]), approx));
 }
 
 template <typename T>
@@ -77,11 +78,12 @@ template <typename T>
 __global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel, double eps,
                                    double* __restrict__ mean, double* __restrict__ rstd) {
   using acc_t = typename DTypeTraits<T>::acc_t;
+  using Tr = DTypeTraits<T>;
   const T* xg = x + blockIdx.x * group_numel;
-  const acc_t shift = static_cast<acc_t>(xg[0]);
+  const acc_t shift = Tr::to_acc(xg[0]);
   acc_t s = 0, ss = 0;
   for (int64_t i = threadIdx.x; i < group_numel; i += kThreads) {
-    const acc_t d = static_cast<acc_t>(xg[i]) - shift;
+    const acc_t d = Tr::to_acc(xg[i]) - shift;
     s += d;
     ss += d * d;
   }
@@ -135,13 +137,14 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
                                         const double* __restrict__ rstd, const T* __restrict__ gamma,
                                         const T* __restrict__ beta, bool vec_ok) {
   using acc_t = typename DTypeTraits<T>::acc_t;
+  using Tr = DTypeTraits<T>;
   constexpr int kVec = DTypeTraits<T>::kVec;
   const int64_t plane = plane0 + blockIdx.y;
   const int64_t c = plane % C, ng = (plane / C) * (C / C_g) + c / C_g;
-  const double sc = rstd[ng] * (gamma ? static_cast<double>(static_cast<acc_t>(gamma[c])) : 1.0);
+  const double sc = rstd[ng] * (gamma ? static_cast<double>(Tr::to_acc(gamma[c])) : 1.0);
   const acc_t scale = static_cast<acc_t>(sc);
   const acc_t mu = static_cast<acc_t>(mean[ng]);
-  const acc_t shift = beta ? static_cast<acc_t>(beta[c]) : acc_t(0);
+  const acc_t shift = beta ? Tr::to_acc(beta[c]) : acc_t(0);
   const T* xp = x + plane * HW;
   T* yp = y + plane * HW;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -150,11 +153,11 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
   for (int64_t i = t0; i < n_vec; i += stride) {
     Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(xp)[i];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v.v[k] = static_cast<T>((static_cast<acc_t>(v.v[k]) - mu) * scale + shift);
+    for (int k = 0; k < kVec; ++k) v.v[k] = Tr::from_acc((Tr::to_acc(v.v[k]) - mu) * scale + shift);
     reinterpret_cast<Vec<T, kVec>*>(yp)[i] = v;
   }
   for (int64_t i = n_vec * kVec + t0; i < HW; i += stride)
-    yp[i] = static_cast<T>((static_cast<acc_t>(xp[i]) - mu) * scale + shift);
+    yp[i] = Tr::from_acc((Tr::to_acc(xp[i]) - mu) * scale + shift);
 }
 
 template <typename T>
