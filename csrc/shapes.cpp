@@ -111,9 +111,8 @@ ConvTranspose2dParams check_conv_transpose2d(const char* op, const at::Tensor& i
 GeluApprox check_gelu_approximate(const char* op, c10::string_view approximate) {
   if (approximate == "none") return GeluApprox::None;
   if (approximate == "tanh") return GeluApprox::Tanh;
-  MYOPS_CHECK_ARG(false, op, "approximate", "must be 'none' or 'tanh', got '",
-                  std::string(approximate.data(), approximate.size()), "'");
-  return GeluApprox::None;
+  detail::fail_arg(op, "approximate", "must be 'none' or 'tanh', got '",
+                   std::string(approximate.data(), approximate.size()), "'");
 }
 
 void check_group_norm_channels(const char* op, const at::Tensor& reference, int64_t channels,

@@ -7,12 +7,47 @@
 #include <c10/util/string_view.h>
 
 #include <optional>
+#include <string>
 
 #include "common/conv_params.h"
 #include "common/gelu_math.h"
 
-#define MYOPS_CHECK_ARG(cond, op, arg, ...) \
-  TORCH_CHECK((cond), "myops::", op, ": argument '", arg, "' ", __VA_ARGS__)
+namespace myops {
+namespace detail {
+
+// Messages are assembled here rather than by c10::str: c10::str formats numbers with an
+// std::ostream instantiated inside this extension, which crashed (SIGSEGV in
+// basic_ostream::_M_insert<long>) on the torch 2.11 + GCC 13 GPU machine. std::to_string and the
+// string-returning c10 helpers do not go through an ostream here.
+inline void append(std::string& s, const char* v) { s += v; }
+inline void append(std::string& s, const std::string& v) { s += v; }
+inline void append(std::string& s, int64_t v) { s += std::to_string(v); }
+inline void append(std::string& s, int v) { s += std::to_string(v); }
+inline void append(std::string& s, size_t v) { s += std::to_string(v); }
+inline void append(std::string& s, at::IntArrayRef v) {
+  s += "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  s += "]";
+}
+inline void append(std::string& s, at::ScalarType t) { s += c10::toString(t); }
+inline void append(std::string& s, const c10::Device& d) { s += d.str(); }
+
+template <typename... Parts>
+[[noreturn]] void fail_arg(const char* op, const char* arg, const Parts&... parts) {
+  std::string msg = std::string("myops::") + op + ": argument '" + arg + "' ";
+  (append(msg, parts), ...);
+  TORCH_CHECK(false, msg);
+  __builtin_unreachable();
+}
+
+}  // namespace detail
+}  // namespace myops
+
+// Raises "myops::<op>: argument '<arg>' <message parts...>" unless cond holds.
+#define MYOPS_CHECK_ARG(cond, op, arg, ...)                                  \
+  do {                                                                      \
+    if (C10_UNLIKELY(!(cond))) ::myops::detail::fail_arg(op, arg, __VA_ARGS__); \
+  } while (0)
 
 namespace myops {
 

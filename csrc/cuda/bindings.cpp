@@ -18,12 +18,12 @@ cuda::DType kernel_dtype(at::ScalarType t) {
     case at::kDouble: return cuda::DType::F64;
     case at::kHalf: return cuda::DType::F16;
     case at::kBFloat16: return cuda::DType::BF16;
-    default: TORCH_CHECK(false, "myops: unsupported dtype ", t);
+    default: TORCH_CHECK(false, std::string("myops: unsupported dtype ") + c10::toString(t));
   }
 }
 
 void check_launch(cudaError_t err, const char* op) {
-  TORCH_CHECK(err == cudaSuccess, "myops::", op, ": CUDA kernel launch failed: ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, std::string("myops::") + op + ": CUDA kernel launch failed: " + cudaGetErrorString(err));
 }
 
 const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
