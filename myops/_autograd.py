@@ -28,9 +28,11 @@ def _conv_grads(grad_conv, input, weight, bias_len, conv_args, mask):
 def _group_norm_grads(grad, x, num_groups, gamma, eps, mask):
     n, c = x.shape[0], x.shape[1]
     hxw = _hxw(x)
+    # aten's kernels want both in one (plain) layout; a channels_last x would be rejected on CUDA
+    x, grad = x.contiguous(), grad.contiguous()
     _, mean, rstd = aten.native_group_norm(x, gamma, None, n, c, hxw, num_groups, eps)
     gx, ggamma, _ = aten.native_group_norm_backward(
-        grad.contiguous(), x.contiguous(), mean, rstd, gamma, n, c, hxw, num_groups,
+        grad, x, mean, rstd, gamma, n, c, hxw, num_groups,
         [mask[0], mask[1], False])
     # beta's gradient is a plain channel sum; aten's backward fails on it when gamma is None
     gbeta = grad.sum(dim=[0, *range(2, grad.dim())]) if mask[2] else None

@@ -119,15 +119,17 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   // 1) conv + bias + GELU, writing per-tile GroupNorm partials; 2) fixed-order reduction to
   // mean / rstd per (n, group); 3) normalise in place.
   const int64_t tiles = cuda::conv_tiles_per_sample(p);
-  at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(at::kFloat));
+  const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(stats_dtype));
   cuda::ConvEpilogue ep;
   ep.gelu = true;
   ep.approx = approx;
-  ep.tile_stats = tile_stats.data_ptr<float>();
+  ep.tile_stats = tile_stats.data_ptr();
   at::Tensor out = conv_forward(kOp, input, weight, bias, p, ep);
   const auto stat_opts = input.options().dtype(at::kDouble);
   at::Tensor mean = at::empty({p.N * num_groups}, stat_opts), rstd = at::empty({p.N * num_groups}, stat_opts);
-  check_launch(cuda::group_norm_stats_from_tiles(tile_stats.const_data_ptr<float>(), p.N, p.C_out, tiles,
+  check_launch(cuda::group_norm_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()),
+                                                 p.N, p.C_out, tiles,
                                                  num_groups, eps, mean.data_ptr<double>(),
                                                  rstd.data_ptr<double>(), at::cuda::getCurrentCUDAStream()),
                kOp);

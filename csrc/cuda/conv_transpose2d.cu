@@ -218,10 +218,11 @@ __global__ void __launch_bounds__(kThreads)
     acc_t v = Cs[c * kLdC + m];
     if (bias) v += Traits::to_acc(bias[oc]);
     if (ep.gelu) v = gelu<acc_t>(v, ep.approx);
-    Cs[c * kLdC + m] = v;
+    const T stored = Traits::from_acc(v);
+    Cs[c * kLdC + m] = Traits::to_acc(stored);
     const int64_t mg = m_base + m;
     const int64_t oh = ph.rh + p.sH * (mg / ph.OWp), ow = ph.rw + p.sW * (mg % ph.OWp);
-    out[((n * p.C_out + oc) * p.OH + oh) * p.OW + ow] = Traits::from_acc(v);
+    out[((n * p.C_out + oc) * p.OH + oh) * p.OW + ow] = stored;
   }
   if (ep.tile_stats == nullptr) return;
   __syncthreads();
@@ -236,10 +237,10 @@ __global__ void __launch_bounds__(kThreads)
       m2 += d * d;
     }
     const int64_t oc = g * p.C_out_g + oc0 + c;
-    float* s = ep.tile_stats + ((n * p.C_out + oc) * tiles_per_sample + blockIdx.x) * 3;
-    s[0] = static_cast<float>(m_valid);
-    s[1] = static_cast<float>(mean);
-    s[2] = static_cast<float>(m2);
+    acc_t* s = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + blockIdx.x) * 3;
+    s[0] = static_cast<acc_t>(m_valid);
+    s[1] = mean;
+    s[2] = m2;
   }
 }
 

@@ -13,9 +13,11 @@ constexpr int kConvTileM = 128;  // output pixels per block (fixed: sizes the Gr
 struct ConvEpilogue {
   bool gelu = false;
   GeluApprox approx = GeluApprox::None;
-  // If set: per (n, c_out, pixel tile) the (count, mean, M2) of the epilogue's output, float32,
-  // laid out [N][C_out][conv_tiles_per_sample(p)][3]; reduced later in a fixed order.
-  float* tile_stats = nullptr;
+  // If set: per (n, c_out, pixel tile) the (count, mean, M2) of the epilogue's output as stored
+  // (after rounding to the output dtype, so that the normalise pass sees the same values), in
+  // the accumulation type (double for float64, else float), laid out
+  // [N][C_out][conv_tiles_per_sample(p)][3]; reduced later in a fixed order.
+  void* tile_stats = nullptr;
 };
 
 // Number of pixel tiles of one sample, over all phases.

@@ -108,11 +108,12 @@ __device__ inline Moments combine(Moments a, Moments b) {  // Chan et al.
   return {n, a.mean + delta * (b.n / n), a.m2 + b.m2 + delta * delta * (a.n * b.n / n)};
 }
 
-__global__ void group_stats_from_tiles_kernel(const float* __restrict__ tiles, int64_t per_group,
+template <typename S>
+__global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64_t per_group,
                                               double eps, double* __restrict__ mean,
                                               double* __restrict__ rstd) {
   // the group's (channel, tile) entries are contiguous: [C_g][tiles][3]
-  const float* t = tiles + blockIdx.x * per_group * 3;
+  const S* t = tiles + blockIdx.x * per_group * 3;
   Moments acc{0, 0, 0};
   for (int64_t i = threadIdx.x; i < per_group; i += kThreads)
     acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
@@ -214,13 +215,19 @@ cudaError_t group_norm_stats(const void* x, DType dtype, int64_t N, int64_t C, i
   });
 }
 
-cudaError_t group_norm_stats_from_tiles(const float* tile_stats, int64_t N, int64_t C,
+cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int64_t N, int64_t C,
                                         int64_t tiles, int64_t num_groups, double eps,
                                         double* mean, double* rstd, cudaStream_t stream) {
   const int64_t groups = N * num_groups;
   if (groups == 0) return cudaSuccess;
-  group_stats_from_tiles_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
-      tile_stats, (C / num_groups) * tiles, eps, mean, rstd);
+  const int64_t per_group = (C / num_groups) * tiles;
+  if (dtype == DType::F64) {
+    group_stats_from_tiles_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
+        static_cast<const double*>(tile_stats), per_group, eps, mean, rstd);
+  } else {
+    group_stats_from_tiles_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
+        static_cast<const float*>(tile_stats), per_group, eps, mean, rstd);
+  }
   return cudaGetLastError();
 }
 

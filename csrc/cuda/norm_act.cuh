@@ -16,9 +16,9 @@ cudaError_t group_norm_stats(const void* x, DType dtype, int64_t N, int64_t C, i
                              int64_t num_groups, double eps, double* mean, double* rstd,
                              cudaStream_t stream);
 
-// tile_stats: [N][C][tiles][3] (count, mean, M2) from the conv epilogue; combined per
-// (n, group) with Chan's formula in float64.
-cudaError_t group_norm_stats_from_tiles(const float* tile_stats, int64_t N, int64_t C,
+// tile_stats: [N][C][tiles][3] (count, mean, M2) from the conv epilogue, double for float64
+// tensors (dtype), else float; combined per (n, group) with Chan's formula in float64.
+cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int64_t N, int64_t C,
                                         int64_t tiles, int64_t num_groups, double eps,
                                         double* mean, double* rstd, cudaStream_t stream);
 
