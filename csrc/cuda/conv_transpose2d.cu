@@ -47,40 +47,60 @@ __device__ inline Phase decode_tile(int64_t t, const ConvTranspose2dParams& p) {
   return {0, 0, 0, 0, 0};
 }
 
-// Input offset of tap k along one dimension for output residue r: i_in = j + tap_offset, valid
-// only when (r + pad - k * dil) is a multiple of the stride.
-__device__ inline bool tap_hits_phase(int64_t r, int64_t pad, int64_t k_off, int64_t s, int64_t& offset) {
-  const int64_t a = r + pad - k_off;
-  const int64_t rem = ((a % s) + s) % s;
-  offset = (a - rem) / s;
-  return rem == 0;
+// The taps that reach one phase along one dimension form an arithmetic progression
+// k = k0 + t * step (t < count); tap t reads input row i = j + off0 - t * off_step for output
+// row j of the phase. Block-uniform, so the K loop below has no per-thread tap tests.
+struct PhaseTaps {
+  int64_t k0, step, count, off0, off_step;
+};
+
+__device__ inline int64_t gcd64(int64_t a, int64_t b) {
+  while (b != 0) {
+    const int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+__device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t dil, int64_t s, int64_t K) {
+  const int64_t step = s / gcd64(dil, s);  // period of (r + pad - k * dil) mod s in k
+  for (int64_t k = 0; k < step && k < K; ++k) {
+    const int64_t a = r + pad - k * dil;
+    if (((a % s) + s) % s == 0) {
+      // a is a multiple of s, and so is step * dil: both divisions are exact
+      return {k, step, (K - 1 - k) / step + 1, a / s, step * dil / s};
+    }
+  }
+  return {0, 1, 0, 0, 0};
 }
 
 template <typename T, bool kTensorCore, int BN>
 struct TileConfig {
-  using smem_t = T;  // A / B tiles hold the input dtype; TF32 rounding happens in the fragments
   using acc_t = typename DTypeTraits<T>::acc_t;
   static constexpr int kLdA = kBM + kPadAB, kLdB = BN + kPadAB, kLdC = kBM + kPadC;
-  static constexpr size_t kBytesAB = sizeof(smem_t) * kBK * (kLdA + kLdB);
+  // two stages of A / B (T, as loaded; TF32 rounding happens in the fragments)
+  static constexpr size_t kStageElems = kBK * (kLdA + kLdB);
+  static constexpr size_t kBytesAB = 2 * sizeof(T) * kStageElems;
   static constexpr size_t kBytesC = sizeof(acc_t) * BN * kLdC;
   static constexpr size_t kSmem = kBytesAB > kBytesC ? kBytesAB : kBytesC;
+  static constexpr int kLoadsA = kBK * kBM / kThreads, kLoadsB = kBK * BN / kThreads;
 };
 
 template <typename T, bool kTensorCore, int BN>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     conv_transpose2d_kernel(const T* __restrict__ x, const T* __restrict__ wt,
                             const T* __restrict__ bias, T* __restrict__ out,
                             ConvTranspose2dParams p, ConvEpilogue ep, int64_t n_base,
                             int64_t tiles_per_sample) {
   using Cfg = TileConfig<T, kTensorCore, BN>;
-  using smem_t = typename Cfg::smem_t;
   using acc_t = typename Cfg::acc_t;
   using Traits = DTypeTraits<T>;
   constexpr int kLdA = Cfg::kLdA, kLdB = Cfg::kLdB, kLdC = Cfg::kLdC;
+  constexpr int kLoadsA = Cfg::kLoadsA, kLoadsB = Cfg::kLoadsB;
   __shared__ __align__(128) unsigned char smem_raw[Cfg::kSmem];
-  smem_t* As = reinterpret_cast<smem_t*>(smem_raw);  // [kBK][kLdA]  (pixel-contiguous)
-  smem_t* Bs = As + kBK * kLdA;                       // [kBK][kLdB]  (channel-contiguous)
-  acc_t* Cs = reinterpret_cast<acc_t*>(smem_raw);     // [BN][kLdC]   (epilogue, reuses A / B)
+  T* stage0 = reinterpret_cast<T*>(smem_raw);       // per stage: A [kBK][kLdA], then B [kBK][kLdB]
+  acc_t* Cs = reinterpret_cast<acc_t*>(smem_raw);   // [BN][kLdC] (epilogue, reuses the stages)
 
   const int tid = threadIdx.x;
   const int64_t n = n_base + blockIdx.z;
@@ -91,16 +111,56 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t P = ph.OHp * ph.OWp;
   const int64_t m_base = ph.tile * kBM;
 
-  // This thread's A-load pixel (fixed for the whole K loop) and its k rows.
-  const int a_m = tid % kBM;
-  const int a_k0 = tid / kBM;  // 0..1; rows a_k0, a_k0 + 2, ...
-  const int64_t a_mg = m_base + a_m;
-  const bool a_valid = a_mg < P;
-  const int64_t a_j = a_valid ? a_mg / ph.OWp : 0, a_i = a_valid ? a_mg % ph.OWp : 0;
+  // This thread's pixel (the same for the A loads and the epilogue) and its A rows.
+  const int my_m = tid % kBM;
+  const int a_k0 = tid / kBM;  // rows a_k0 + (kThreads / kBM) * r
+  constexpr int kRowStep = kThreads / kBM;
+  const int64_t my_mg = m_base + my_m;
+  const bool my_valid = my_mg < P;
+  const int64_t my_j = my_valid ? my_mg / ph.OWp : 0, my_i = my_valid ? my_mg % ph.OWp : 0;
   const int64_t HW = p.H * p.W;
   const T* x_group = x + (n * p.C_in + g * p.C_in_g) * HW;
-  const int64_t taps = p.kH * p.kW;
-  const T* wt_group = wt + g * taps * p.C_in_g * p.C_out_g;
+  const T* wt_group = wt + g * p.kH * p.kW * p.C_in_g * p.C_out_g;
+
+  const PhaseTaps th = phase_taps(ph.rh, p.pH, p.dH, p.sH, p.kH);
+  const PhaseTaps tw = phase_taps(ph.rw, p.pW, p.dW, p.sW, p.kW);
+  const int64_t n_chunks = (p.C_in_g + kBK - 1) / kBK;
+  const int64_t n_iter = th.count * tw.count * n_chunks;  // 0: no tap reaches this phase
+
+  T ra[kLoadsA], rb[kLoadsB];
+  const T zero = Traits::from_acc(acc_t(0));
+  auto load = [&](int64_t it) {  // global -> registers, for K step `it`
+    const int64_t chunk = it % n_chunks, tap = it / n_chunks;
+    const int64_t t_h = tap / tw.count, t_w = tap % tw.count;
+    const int64_t ic0 = chunk * kBK;
+    const int64_t ih = my_j + th.off0 - t_h * th.off_step, iw = my_i + tw.off0 - t_w * tw.off_step;
+    const bool pix_ok = my_valid && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+    const T* xp = x_group + (pix_ok ? ih * p.W + iw : 0);
+#pragma unroll
+    for (int r = 0; r < kLoadsA; ++r) {
+      const int64_t ic = ic0 + a_k0 + kRowStep * r;
+      ra[r] = (pix_ok && ic < p.C_in_g) ? xp[ic * HW] : zero;
+    }
+    const int64_t kh = th.k0 + t_h * th.step, kw = tw.k0 + t_w * tw.step;
+    const T* wp = wt_group + (kh * p.kW + kw) * p.C_in_g * p.C_out_g;
+#pragma unroll
+    for (int r = 0; r < kLoadsB; ++r) {
+      const int idx = tid + kThreads * r;
+      const int64_t ic = ic0 + idx / BN, oc = oc0 + idx % BN;
+      rb[r] = (ic < p.C_in_g && oc < p.C_out_g) ? wp[ic * p.C_out_g + oc] : zero;
+    }
+  };
+  auto store = [&](T* stage) {  // registers -> shared memory
+    T* As = stage;
+    T* Bs = stage + kBK * kLdA;
+#pragma unroll
+    for (int r = 0; r < kLoadsA; ++r) As[(a_k0 + kRowStep * r) * kLdA + my_m] = ra[r];
+#pragma unroll
+    for (int r = 0; r < kLoadsB; ++r) {
+      const int idx = tid + kThreads * r;
+      Bs[(idx / BN) * kLdB + idx % BN] = rb[r];
+    }
+  };
 
   // FFMA micro-tile: thread (tx, ty) owns pixels tx + 16 * a and channels ty + 16 * b.
   constexpr int kTM = kBM / 16, kTN = BN / 16;
@@ -122,72 +182,59 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int b = 0; b < kTN; ++b) acc[a][b] = acc_t(0);
   }
-
-  for (int64_t kh = 0; kh < p.kH; ++kh) {
-    int64_t off_h;
-    if (!tap_hits_phase(ph.rh, p.pH, kh * p.dH, p.sH, off_h)) continue;  // block-uniform
-    const int64_t ih = a_j + off_h;
-    for (int64_t kw = 0; kw < p.kW; ++kw) {
-      int64_t off_w;
-      if (!tap_hits_phase(ph.rw, p.pW, kw * p.dW, p.sW, off_w)) continue;
-      const int64_t iw = a_i + off_w;
-      const bool pix_ok = a_valid && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
-      const T* x_pix = x_group + (pix_ok ? ih * p.W + iw : 0);
-      const T* wt_tap = wt_group + (kh * p.kW + kw) * p.C_in_g * p.C_out_g;
-      for (int64_t ic0 = 0; ic0 < p.C_in_g; ic0 += kBK) {
+  auto compute = [&](const T* stage) {
+    const T* As = stage;
+    const T* Bs = stage + kBK * kLdA;
+    if constexpr (kTensorCore) {
 #pragma unroll
-        for (int r = 0; r < kBK / 2; ++r) {
-          const int k = a_k0 + 2 * r;
-          const int64_t ic = ic0 + k;
-          T v = (pix_ok && ic < p.C_in_g) ? x_pix[ic * HW] : Traits::from_acc(acc_t(0));
-          As[k * kLdA + a_m] = v;
+      for (int kk = 0; kk < kBK; kk += Mma::kK) {
+        typename Mma::A afrag[kFragM];
+        typename Mma::B bfrag[kFragN];
+#pragma unroll
+        for (int a = 0; a < kFragM; ++a) {
+          wmma::load_matrix_sync(afrag[a], As + kk * kLdA + (wm * kFragM + a) * 16, kLdA);
+          Mma::round(afrag[a]);
         }
 #pragma unroll
-        for (int r = 0; r < kBK * BN / kThreads; ++r) {
-          const int idx = tid + kThreads * r;
-          const int k = idx / BN, c = idx % BN;
-          const int64_t ic = ic0 + k, oc = oc0 + c;
-          T v = (ic < p.C_in_g && oc < p.C_out_g) ? wt_tap[ic * p.C_out_g + oc] : Traits::from_acc(acc_t(0));
-          Bs[k * kLdB + c] = v;
+        for (int b = 0; b < kFragN; ++b) {
+          wmma::load_matrix_sync(bfrag[b], Bs + kk * kLdB + (wn * kFragN + b) * 16, kLdB);
+          Mma::round(bfrag[b]);
         }
-        __syncthreads();
-        if constexpr (kTensorCore) {
 #pragma unroll
-          for (int kk = 0; kk < kBK; kk += Mma::kK) {
-            typename Mma::A afrag[kFragM];
-            typename Mma::B bfrag[kFragN];
+        for (int a = 0; a < kFragM; ++a)
 #pragma unroll
-            for (int a = 0; a < kFragM; ++a) {
-              wmma::load_matrix_sync(afrag[a], As + kk * kLdA + (wm * kFragM + a) * 16, kLdA);
-              Mma::round(afrag[a]);
-            }
-#pragma unroll
-            for (int b = 0; b < kFragN; ++b) {
-              wmma::load_matrix_sync(bfrag[b], Bs + kk * kLdB + (wn * kFragN + b) * 16, kLdB);
-              Mma::round(bfrag[b]);
-            }
-#pragma unroll
-            for (int a = 0; a < kFragM; ++a)
-#pragma unroll
-              for (int b = 0; b < kFragN; ++b) wmma::mma_sync(cfrag[a][b], afrag[a], bfrag[b], cfrag[a][b]);
-          }
-        } else {
-          const int tx = tid % 16, ty = tid / 16;
-#pragma unroll
-          for (int kk = 0; kk < kBK; ++kk) {
-            acc_t av[kTM], bv[kTN];
-#pragma unroll
-            for (int a = 0; a < kTM; ++a) av[a] = Traits::to_acc(As[kk * kLdA + tx + 16 * a]);
-#pragma unroll
-            for (int b = 0; b < kTN; ++b) bv[b] = Traits::to_acc(Bs[kk * kLdB + ty + 16 * b]);
-#pragma unroll
-            for (int a = 0; a < kTM; ++a)
-#pragma unroll
-              for (int b = 0; b < kTN; ++b) acc[a][b] = fma(av[a], bv[b], acc[a][b]);
-          }
-        }
-        __syncthreads();
+          for (int b = 0; b < kFragN; ++b) wmma::mma_sync(cfrag[a][b], afrag[a], bfrag[b], cfrag[a][b]);
       }
+    } else {
+      const int tx = tid % 16, ty = tid / 16;
+#pragma unroll
+      for (int kk = 0; kk < kBK; ++kk) {
+        acc_t av[kTM], bv[kTN];
+#pragma unroll
+        for (int a = 0; a < kTM; ++a) av[a] = Traits::to_acc(As[kk * kLdA + tx + 16 * a]);
+#pragma unroll
+        for (int b = 0; b < kTN; ++b) bv[b] = Traits::to_acc(Bs[kk * kLdB + ty + 16 * b]);
+#pragma unroll
+        for (int a = 0; a < kTM; ++a)
+#pragma unroll
+          for (int b = 0; b < kTN; ++b) acc[a][b] = fma(av[a], bv[b], acc[a][b]);
+      }
+    }
+  };
+
+  // Two-stage pipeline: the global loads of step it + 1 are in flight while step it computes.
+  if (n_iter > 0) {
+    load(0);
+    store(stage0);
+    __syncthreads();
+    for (int64_t it = 0; it < n_iter; ++it) {
+      T* cur = stage0 + (it & 1) * Cfg::kStageElems;
+      T* nxt = stage0 + ((it + 1) & 1) * Cfg::kStageElems;
+      const bool more = it + 1 < n_iter;
+      if (more) load(it + 1);
+      compute(cur);
+      if (more) store(nxt);
+      __syncthreads();
     }
   }
 
@@ -208,39 +255,49 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // Epilogue: bias, GELU, store (coalesced along pixels).
+  // Epilogue: bias, GELU, store. Each thread keeps its pixel; channels step by kRowStep, so a
+  // warp writes 32 consecutive pixels of one channel.
   const int64_t c_valid = min(static_cast<int64_t>(BN), p.C_out_g - oc0);
   const int64_t m_valid = min(static_cast<int64_t>(kBM), P - m_base);
-  for (int idx = tid; idx < BN * kBM; idx += kThreads) {
-    const int c = idx / kBM, m = idx % kBM;
-    if (c >= c_valid || m >= m_valid) continue;
-    const int64_t oc = g * p.C_out_g + oc0 + c;
-    acc_t v = Cs[c * kLdC + m];
-    if (bias) v += Traits::to_acc(bias[oc]);
-    if (ep.gelu) v = gelu<acc_t>(v, ep.approx);
-    const T stored = Traits::from_acc(v);
-    Cs[c * kLdC + m] = Traits::to_acc(stored);
-    const int64_t mg = m_base + m;
-    const int64_t oh = ph.rh + p.sH * (mg / ph.OWp), ow = ph.rw + p.sW * (mg % ph.OWp);
-    out[((n * p.C_out + oc) * p.OH + oh) * p.OW + ow] = stored;
+  if (my_valid) {
+    const int64_t oh = ph.rh + p.sH * my_j, ow = ph.rw + p.sW * my_i;
+    const int64_t plane = p.OH * p.OW;
+    T* out_pix = out + ((n * p.C_out + g * p.C_out_g + oc0) * p.OH + oh) * p.OW + ow;
+    for (int c = a_k0; c < c_valid; c += kRowStep) {
+      acc_t v = Cs[c * kLdC + my_m];
+      if (bias) v += Traits::to_acc(bias[g * p.C_out_g + oc0 + c]);
+      if (ep.gelu) v = gelu<acc_t>(v, ep.approx);
+      const T stored = Traits::from_acc(v);
+      Cs[c * kLdC + my_m] = Traits::to_acc(stored);
+      out_pix[c * plane] = stored;
+    }
   }
   if (ep.tile_stats == nullptr) return;
   __syncthreads();
-  // GroupNorm partials: per channel, (count, mean, M2) of this tile's pixels.
-  for (int c = tid; c < c_valid; c += kThreads) {
-    acc_t sum = 0;
-    for (int m = 0; m < m_valid; ++m) sum += Cs[c * kLdC + m];
-    const acc_t mean = sum / static_cast<acc_t>(m_valid);
-    acc_t m2 = 0;
-    for (int m = 0; m < m_valid; ++m) {
-      const acc_t d = Cs[c * kLdC + m] - mean;
-      m2 += d * d;
-    }
+  // GroupNorm partials per channel: (count, mean, M2) of this tile's stored pixels. kSplit threads
+  // (adjacent lanes) share a channel and combine with shuffles in a fixed order.
+  constexpr int kSplit = kThreads / BN, kSpan = kBM / kSplit;
+  const int c = tid / kSplit, q = tid % kSplit;
+  const int m_lo = q * kSpan;
+  const int m_hi = min(static_cast<int64_t>(m_lo + kSpan), m_valid);
+  acc_t sum = 0;
+  for (int m = m_lo; m < m_hi; ++m) sum += Cs[c * kLdC + m];
+#pragma unroll
+  for (int off = kSplit / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  const acc_t mean = sum / static_cast<acc_t>(m_valid);
+  acc_t m2 = 0;
+  for (int m = m_lo; m < m_hi; ++m) {
+    const acc_t d = Cs[c * kLdC + m] - mean;
+    m2 += d * d;
+  }
+#pragma unroll
+  for (int off = kSplit / 2; off > 0; off /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, off);
+  if (q == 0 && c < c_valid) {
     const int64_t oc = g * p.C_out_g + oc0 + c;
-    acc_t* s = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + blockIdx.x) * 3;
-    s[0] = static_cast<acc_t>(m_valid);
-    s[1] = mean;
-    s[2] = m2;
+    acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + blockIdx.x) * 3;
+    st[0] = static_cast<acc_t>(m_valid);
+    st[1] = mean;
+    st[2] = m2;
   }
 }
 
