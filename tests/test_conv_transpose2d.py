@@ -83,3 +83,20 @@ def test_phases_without_taps_get_only_bias():
     out = torch.ops.myops.conv_transpose2d(x, w, b, [3, 3], [0, 0], [2, 2], 1, [1, 1])
     torch.testing.assert_close(out, F.conv_transpose2d(x, w, b, 3, 0, 2))
     torch.testing.assert_close(out[:, :, 1::3, :], b.view(1, 3, 1, 1).expand(1, 3, 4, 12))
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):
+    # MYOPS_DISABLE_MMA=1 routes every call to the generic implicit-GEMM kernel, which otherwise
+    # only runs float64, strict float32 and shapes the mma kernel does not take
+    monkeypatch.setenv("MYOPS_DISABLE_MMA", "1")
+    rng = random.Random(77)
+    for i in range(100):
+        cfg = random_conv_config(rng)
+        x, w, b = make_conv_inputs(cfg, dtype, device)
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
+        try:
+            assert_matches(out, ref_conv_transpose2d(x, w, b, *conv_args(cfg)), tolerance(dtype, device))
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: {cfg}: {e}") from None

@@ -32,22 +32,25 @@ at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
   return t.has_value() ? t->contiguous() : at::Tensor();
 }
 
+cuda::Fp32Math fp32_math() {
+  // PyTorch's flag for convolutions: TF32 unless torch.backends.cudnn.allow_tf32 is off
+  return at::globalContext().allowTF32CuDNN() ? cuda::Fp32Math::TF32 : cuda::Fp32Math::Exact;
+}
+
 // The transposed convolution into a new contiguous NCHW tensor, with the given epilogue.
 at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
-                        const cuda::ConvEpilogue& epilogue) {
+                        const cuda::ConvPlan& plan, const cuda::ConvEpilogue& epilogue) {
   const at::Tensor x = input.contiguous();
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = contiguous_or_undefined(bias);
-  at::Tensor prepared = at::empty({cuda::conv_prepared_weight_numel(p)}, w.options());
+  at::Tensor prepared = at::empty({plan.prepared_numel}, w.options());
   at::Tensor out = at::empty({p.N, p.C_out, p.OH, p.OW}, x.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto dtype = kernel_dtype(x.scalar_type());
-  check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, p, stream), op);
-  // PyTorch's flag for convolutions: TF32 unless torch.backends.cudnn.allow_tf32 is off
-  const auto fp32_math = at::globalContext().allowTF32CuDNN() ? cuda::Fp32Math::TF32 : cuda::Fp32Math::Exact;
+  check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, p, plan, stream), op);
   check_launch(cuda::conv_transpose2d_forward(x.const_data_ptr(), prepared.const_data_ptr(), ptr_or_null(b),
-                                              out.data_ptr(), dtype, fp32_math, p, epilogue, stream),
+                                              out.data_ptr(), dtype, fp32_math(), p, plan, epilogue, stream),
                op);
   return out;
 }
@@ -59,7 +62,8 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   const auto p = check_conv_transpose2d("conv_transpose2d", input, weight, bias, stride, padding,
                                         output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  return conv_forward("conv_transpose2d", input, weight, bias, p, {})
+  const auto plan = cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math());
+  return conv_forward("conv_transpose2d", input, weight, bias, p, plan, {})
       .contiguous(output_memory_format(input));
 }
 
@@ -118,14 +122,15 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   const c10::cuda::CUDAGuard guard(input.device());
   // 1) conv + bias + GELU, writing per-tile GroupNorm partials; 2) fixed-order reduction to
   // mean / rstd per (n, group); 3) normalise in place.
-  const int64_t tiles = cuda::conv_tiles_per_sample(p);
+  const auto plan = cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math());
+  const int64_t tiles = plan.tiles_per_sample;
   const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(stats_dtype));
   cuda::ConvEpilogue ep;
   ep.gelu = true;
   ep.approx = approx;
   ep.tile_stats = tile_stats.data_ptr();
-  at::Tensor out = conv_forward(kOp, input, weight, bias, p, ep);
+  at::Tensor out = conv_forward(kOp, input, weight, bias, p, plan, ep);
   const auto stat_opts = input.options().dtype(at::kDouble);
   at::Tensor mean = at::empty({p.N * num_groups}, stat_opts), rstd = at::empty({p.N * num_groups}, stat_opts);
   check_launch(cuda::group_norm_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()),

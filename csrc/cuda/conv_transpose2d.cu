@@ -11,14 +11,16 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "cuda/conv_transpose2d.cuh"
-#include "cuda/dtype_traits.cuh"
+#include <cstdlib>
+
+#include "cuda/conv_common.cuh"
+#include "cuda/conv_transpose2d_mma.cuh"
 
 namespace myops {
 namespace cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kConvThreads;
 constexpr int kBM = kConvTileM;
 constexpr int kBK = 16;
 constexpr int kPadAB = 8;  // keeps WMMA pointers 32-byte aligned and spreads smem banks
@@ -29,10 +31,6 @@ struct Phase {
   int64_t OHp, OWp;    // phase grid size
   int64_t tile;        // tile index inside the phase
 };
-
-__host__ __device__ inline int64_t phase_extent(int64_t out, int64_t r, int64_t s) {
-  return out > r ? (out - r + s - 1) / s : 0;
-}
 
 // Finds the phase and in-phase tile of flat tile index t (phases in row-major residue order).
 __device__ inline Phase decode_tile(int64_t t, const ConvTranspose2dParams& p) {
@@ -45,34 +43,6 @@ __device__ inline Phase decode_tile(int64_t t, const ConvTranspose2dParams& p) {
     }
   }
   return {0, 0, 0, 0, 0};
-}
-
-// The taps that reach one phase along one dimension form an arithmetic progression
-// k = k0 + t * step (t < count); tap t reads input row i = j + off0 - t * off_step for output
-// row j of the phase. Block-uniform, so the K loop below has no per-thread tap tests.
-struct PhaseTaps {
-  int64_t k0, step, count, off0, off_step;
-};
-
-__device__ inline int64_t gcd64(int64_t a, int64_t b) {
-  while (b != 0) {
-    const int64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
-__device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t dil, int64_t s, int64_t K) {
-  const int64_t step = s / gcd64(dil, s);  // period of (r + pad - k * dil) mod s in k
-  for (int64_t k = 0; k < step && k < K; ++k) {
-    const int64_t a = r + pad - k * dil;
-    if (((a % s) + s) % s == 0) {
-      // a is a multiple of s, and so is step * dil: both divisions are exact
-      return {k, step, (K - 1 - k) / step + 1, a / s, step * dil / s};
-    }
-  }
-  return {0, 1, 0, 0, 0};
 }
 
 template <typename T, bool kTensorCore, int BN>
@@ -255,50 +225,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  // Epilogue: bias, GELU, store. Each thread keeps its pixel; channels step by kRowStep, so a
-  // warp writes 32 consecutive pixels of one channel.
-  const int64_t c_valid = min(static_cast<int64_t>(BN), p.C_out_g - oc0);
-  const int64_t m_valid = min(static_cast<int64_t>(kBM), P - m_base);
-  if (my_valid) {
-    const int64_t oh = ph.rh + p.sH * my_j, ow = ph.rw + p.sW * my_i;
-    const int64_t plane = p.OH * p.OW;
-    T* out_pix = out + ((n * p.C_out + g * p.C_out_g + oc0) * p.OH + oh) * p.OW + ow;
-    for (int c = a_k0; c < c_valid; c += kRowStep) {
-      acc_t v = Cs[c * kLdC + my_m];
-      if (bias) v += Traits::to_acc(bias[g * p.C_out_g + oc0 + c]);
-      if (ep.gelu) v = gelu<acc_t>(v, ep.approx);
-      const T stored = Traits::from_acc(v);
-      Cs[c * kLdC + my_m] = Traits::to_acc(stored);
-      out_pix[c * plane] = stored;
-    }
-  }
-  if (ep.tile_stats == nullptr) return;
-  __syncthreads();
-  // GroupNorm partials per channel: (count, mean, M2) of this tile's stored pixels. kSplit threads
-  // (adjacent lanes) share a channel and combine with shuffles in a fixed order.
-  constexpr int kSplit = kThreads / BN, kSpan = kBM / kSplit;
-  const int c = tid / kSplit, q = tid % kSplit;
-  const int m_lo = q * kSpan;
-  const int m_hi = min(static_cast<int64_t>(m_lo + kSpan), m_valid);
-  acc_t sum = 0;
-  for (int m = m_lo; m < m_hi; ++m) sum += Cs[c * kLdC + m];
-#pragma unroll
-  for (int off = kSplit / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  const acc_t mean = sum / static_cast<acc_t>(m_valid);
-  acc_t m2 = 0;
-  for (int m = m_lo; m < m_hi; ++m) {
-    const acc_t d = Cs[c * kLdC + m] - mean;
-    m2 += d * d;
-  }
-#pragma unroll
-  for (int off = kSplit / 2; off > 0; off /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, off);
-  if (q == 0 && c < c_valid) {
-    const int64_t oc = g * p.C_out_g + oc0 + c;
-    acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + blockIdx.x) * 3;
-    st[0] = static_cast<acc_t>(m_valid);
-    st[1] = mean;
-    st[2] = m2;
-  }
+  conv_epilogue<T, BN>(Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
+                       [&](int m) -> TilePixel {
+                         const int64_t mg = m_base + m;
+                         if (mg >= P) return {false, 0, 0};
+                         return {true, ph.rh + p.sH * (mg / ph.OWp), ph.rw + p.sW * (mg % ph.OWp)};
+                       });
 }
 
 template <typename T>
@@ -314,10 +246,18 @@ __global__ void prepare_weight_kernel(const T* __restrict__ w, T* __restrict__ w
   }
 }
 
+int64_t generic_tiles_per_sample(const ConvTranspose2dParams& p) {
+  int64_t tiles = 0;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw)
+      tiles += (phase_extent(p.OH, rh, p.sH) * phase_extent(p.OW, rw, p.sW) + kBM - 1) / kBM;
+  return tiles;
+}
+
 template <typename T, bool kTensorCore, int BN>
 cudaError_t launch(const T* x, const T* wt, const T* bias, T* out, const ConvTranspose2dParams& p,
                    const ConvEpilogue& ep, cudaStream_t stream) {
-  const int64_t tiles = conv_tiles_per_sample(p);
+  const int64_t tiles = generic_tiles_per_sample(p);
   const int64_t col_tiles = p.groups * ((p.C_out_g + BN - 1) / BN);
   if (tiles == 0 || p.N == 0) return cudaSuccess;
   if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
@@ -348,17 +288,20 @@ cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out
 
 }  // namespace
 
-int64_t conv_tiles_per_sample(const ConvTranspose2dParams& p) {
-  int64_t tiles = 0;
-  for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw)
-      tiles += (phase_extent(p.OH, rh, p.sH) * phase_extent(p.OW, rw, p.sW) + kBM - 1) / kBM;
-  return tiles;
+ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
+  const char* disable = std::getenv("MYOPS_DISABLE_MMA");
+  ConvPlan plan;
+  plan.mma = !(disable && disable[0] == '1') && conv_mma_supported(p, dtype, fp32_math);
+  plan.tiles_per_sample = plan.mma ? conv_mma_tiles_per_sample(p) : generic_tiles_per_sample(p);
+  plan.prepared_numel = plan.mma ? conv_mma_prepared_weight_numel(p, dtype) : p.C_in * p.C_out_g * p.kH * p.kW;
+  return plan;
 }
 
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
-                                const ConvTranspose2dParams& p, cudaStream_t stream) {
-  const int64_t total = conv_prepared_weight_numel(p);
+                                const ConvTranspose2dParams& p, const ConvPlan& plan,
+                                cudaStream_t stream) {
+  if (plan.mma) return conv_mma_prepare_weight(weight, prepared, dtype, p, stream);
+  const int64_t total = plan.prepared_numel;
   const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
   if (total == 0) return cudaSuccess;
   switch (dtype) {
@@ -372,8 +315,9 @@ cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
 
 cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight, const void* bias,
                                      void* out, DType dtype, Fp32Math fp32_math,
-                                     const ConvTranspose2dParams& p, const ConvEpilogue& ep,
-                                     cudaStream_t stream) {
+                                     const ConvTranspose2dParams& p, const ConvPlan& plan,
+                                     const ConvEpilogue& ep, cudaStream_t stream) {
+  if (plan.mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, ep, stream);
   switch (dtype) {
     case DType::F32:
       return fp32_math == Fp32Math::TF32

@@ -16,27 +16,31 @@ struct ConvEpilogue {
   // If set: per (n, c_out, pixel tile) the (count, mean, M2) of the epilogue's output as stored
   // (after rounding to the output dtype, so that the normalise pass sees the same values), in
   // the accumulation type (double for float64, else float), laid out
-  // [N][C_out][conv_tiles_per_sample(p)][3]; reduced later in a fixed order.
+  // [N][C_out][ConvPlan::tiles_per_sample][3]; reduced later in a fixed order.
   void* tile_stats = nullptr;
 };
 
-// Number of pixel tiles of one sample, over all phases.
-int64_t conv_tiles_per_sample(const ConvTranspose2dParams& p);
+// Which kernel runs a call and what it needs: tensor-core calls whose input halo and weights
+// fit in shared memory take the mma kernel (conv_transpose2d_mma.cuh), the rest (float64, strict
+// float32, very large kernels) the generic implicit-GEMM kernel. MYOPS_DISABLE_MMA=1 forces the
+// generic kernel (tests use it to cover both).
+struct ConvPlan {
+  bool mma = false;
+  int64_t tiles_per_sample = 0;   // sizes ConvEpilogue::tile_stats
+  int64_t prepared_numel = 0;     // elements of the prepared weight buffer (input dtype)
+};
+ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math);
 
-// Elements of the prepared weight buffer: [groups][kH * kW][C_in / groups][C_out / groups].
-inline int64_t conv_prepared_weight_numel(const ConvTranspose2dParams& p) {
-  return p.C_in * p.C_out_g * p.kH * p.kW;
-}
-
-// weight [C_in, C_out / groups, kH, kW] (contiguous) -> prepared layout, same dtype.
+// weight [C_in, C_out / groups, kH, kW] (contiguous) -> the plan's prepared layout.
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
-                                const ConvTranspose2dParams& p, cudaStream_t stream);
+                                const ConvTranspose2dParams& p, const ConvPlan& plan,
+                                cudaStream_t stream);
 
 // x: contiguous NCHW; prepared weight; bias (nullable, [C_out]); out: contiguous NCHW.
 cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight, const void* bias,
                                      void* out, DType dtype, Fp32Math fp32_math,
-                                     const ConvTranspose2dParams& p, const ConvEpilogue& epilogue,
-                                     cudaStream_t stream);
+                                     const ConvTranspose2dParams& p, const ConvPlan& plan,
+                                     const ConvEpilogue& epilogue, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace myops
