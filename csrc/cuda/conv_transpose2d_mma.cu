@@ -119,7 +119,7 @@ __device__ inline MmaPhase decode_mma_tile(int64_t t, const ConvTranspose2dParam
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kConvThreads)
+__global__ void __launch_bounds__(kConvThreads, 2)
     conv_mma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                     const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                     ConvEpilogue ep, int64_t n_base, int64_t tiles_per_sample, int64_t stage_words,
@@ -189,36 +189,36 @@ __global__ void __launch_bounds__(kConvThreads)
     const uint32_t* As = stage;
     const uint32_t* Bs = stage + a_words;
     const unsigned short* Ah = reinterpret_cast<const unsigned short*>(stage);
-    for (int64_t t_h = 0; t_h < ph.th.count; ++t_h) {
-      const int64_t dh = (ph.th.count - 1 - t_h) * ph.th.off_step;
-      for (int64_t t_w = 0; t_w < ph.tw.count; ++t_w) {
-        const int64_t dw = (ph.tw.count - 1 - t_w) * ph.tw.off_step + shift;
-        const uint32_t* Bt = Bs + (t_h * ph.tw.count + t_w) * kRowsPerStage * kLdB;
+    // shared-memory indices are small: 32-bit math in the hot loop
+    const int cnt_h = static_cast<int>(ph.th.count), cnt_w = static_cast<int>(ph.tw.count);
+    const int step_h = static_cast<int>(ph.th.off_step), step_w = static_cast<int>(ph.tw.off_step);
+    const int row_words = static_cast<int>(halo.row_words), plane = static_cast<int>(halo.plane_words);
+    for (int t_h = 0; t_h < cnt_h; ++t_h) {
+      const int dh = (cnt_h - 1 - t_h) * step_h;
+      for (int t_w = 0; t_w < cnt_w; ++t_w) {
+        const int dw = (cnt_w - 1 - t_w) * step_w + shift;
+        const uint32_t* Bt = Bs + (t_h * cnt_w + t_w) * kRowsPerStage * kLdB;
         uint32_t bfrag[4][2];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const int col = wn * 32 + nt * 8 + gq;
           bfrag[nt][0] = Bt[tq * kLdB + col];
-          bfrag[nt][1] = Bt[(tq + 4) * kLdB + col];
-          if constexpr (!kPairs) {
-            bfrag[nt][0] = to_tf32(__uint_as_float(bfrag[nt][0]));
-            bfrag[nt][1] = to_tf32(__uint_as_float(bfrag[nt][1]));
-          }
+          bfrag[nt][1] = Bt[(tq + 4) * kLdB + col];  // float32 weights are TF32-rounded already
         }
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          const int64_t hrow = 2 * wm + mt + dh;
+          const int hrow = 2 * wm + mt + dh;
           uint32_t afrag[4];
           if constexpr (!kPairs) {
-            const uint32_t* base = As + hrow * halo.row_words + dw + gq;
-            afrag[0] = to_tf32(__uint_as_float(base[tq * halo.plane_words]));
-            afrag[1] = to_tf32(__uint_as_float(base[tq * halo.plane_words + 8]));
-            afrag[2] = to_tf32(__uint_as_float(base[(tq + 4) * halo.plane_words]));
-            afrag[3] = to_tf32(__uint_as_float(base[(tq + 4) * halo.plane_words + 8]));
+            const uint32_t* base = As + hrow * row_words + dw + gq;
+            afrag[0] = to_tf32(__uint_as_float(base[tq * plane]));
+            afrag[1] = to_tf32(__uint_as_float(base[tq * plane + 8]));
+            afrag[2] = to_tf32(__uint_as_float(base[(tq + 4) * plane]));
+            afrag[3] = to_tf32(__uint_as_float(base[(tq + 4) * plane + 8]));
           } else {
-            const int64_t plane_h = 2 * halo.plane_words;  // in 16-bit units
-            const unsigned short* base = Ah + hrow * 2 * halo.row_words + dw + gq;
-            auto pack = [&](int64_t k, int col_off) -> uint32_t {
+            const int plane_h = 2 * plane;  // in 16-bit units
+            const unsigned short* base = Ah + hrow * 2 * row_words + dw + gq;
+            auto pack = [&](int k, int col_off) -> uint32_t {
               const uint32_t lo = base[k * plane_h + col_off], hi = base[(k + 1) * plane_h + col_off];
               return lo | (hi << 16);
             };
@@ -298,7 +298,11 @@ __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, T* __restrict
     const int64_t tap_row = (g * taps + base + t) * cin_pad;
     const int64_t dst = kPairs ? ((tap_row + (icg & ~int64_t(1))) * cout_pad + 2 * oc + (icg & 1))
                                : (tap_row + icg) * cout_pad + oc;
-    wp[dst] = w[idx];
+    if constexpr (kPairs) {
+      wp[dst] = w[idx];
+    } else {  // round to TF32 once here instead of in every block's fragments
+      wp[dst] = __uint_as_float(to_tf32(w[idx]));
+    }
   }
 }
 
