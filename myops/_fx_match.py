@@ -1,0 +1,141 @@
+"""Finds conv_transpose2d -> gelu -> group_norm chains in an FX graph and rewrites them to myops ops.
+
+Works on the graphs torch.compile hands to Inductor's pre-grad passes (torch-function calls:
+torch.conv_transpose2d, F.gelu, F.group_norm) and on torch.export graphs (aten.conv_transpose2d,
+aten.convolution(transposed=True), aten.gelu, aten.group_norm / aten.native_group_norm). Every
+scalar of a match is read from the matched nodes and checked; nothing is a wildcard.
+"""
+import operator
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+aten = torch.ops.aten
+
+# target -> (argument names in order, defaults of trailing arguments)
+_CONV_SIGNATURES = {
+    torch.conv_transpose2d: (["input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"],
+                             {"bias": None, "stride": 1, "padding": 0, "output_padding": 0, "groups": 1, "dilation": 1}),
+    aten.conv_transpose2d.input: (["input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"],
+                                  {"bias": None, "stride": [1, 1], "padding": [0, 0], "output_padding": [0, 0], "groups": 1, "dilation": [1, 1]}),
+    aten.convolution.default: (["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"], {}),
+}
+_GELU_SIGNATURES = {
+    F.gelu: (["input", "approximate"], {"approximate": "none"}),
+    aten.gelu.default: (["input", "approximate"], {"approximate": "none"}),
+}
+_GROUP_NORM_SIGNATURES = {
+    F.group_norm: (["input", "num_groups", "weight", "bias", "eps"], {"weight": None, "bias": None, "eps": 1e-5}),
+    torch.group_norm: (["input", "num_groups", "weight", "bias", "eps", "cudnn_enabled"],
+                       {"weight": None, "bias": None, "eps": 1e-5, "cudnn_enabled": True}),
+    aten.group_norm.default: (["input", "num_groups", "weight", "bias", "eps", "cudnn_enabled"],
+                              {"weight": None, "bias": None, "eps": 1e-5, "cudnn_enabled": True}),
+}
+_FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _bind(node: fx.Node, signatures) -> Optional[Dict[str, Any]]:
+    """The call's arguments by name (defaults filled in), or None if node is no such call."""
+    if node.op != "call_function" or node.target not in signatures:
+        return None
+    names, defaults = signatures[node.target]
+    if len(node.args) > len(names) or any(k not in names for k in node.kwargs):
+        return None
+    bound = dict(defaults)
+    bound.update(zip(names, node.args))
+    bound.update(node.kwargs)
+    return bound if all(n in bound for n in names) else None
+
+
+def _meta(node) -> Optional[torch.Tensor]:
+    if not isinstance(node, fx.Node):
+        return None
+    val = node.meta.get("val", node.meta.get("example_value"))
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _pair(v) -> Optional[List[Any]]:
+    if isinstance(v, (int, torch.SymInt)):
+        return [v, v]
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(e, (int, torch.SymInt)) for e in v):
+        return list(v)
+    if isinstance(v, (list, tuple)) and len(v) == 1 and isinstance(v[0], (int, torch.SymInt)):
+        return [v[0], v[0]]
+    return None
+
+
+def _conv_args(node: fx.Node) -> Optional[List[Any]]:
+    """[input, weight, bias, stride, padding, output_padding, groups, dilation] of a 2-D transposed
+    convolution on a 4-D floating input, else None."""
+    b = _bind(node, _CONV_SIGNATURES)
+    if b is None or (node.target is aten.convolution.default and b["transposed"] is not True):
+        return None
+    x = _meta(b["input"])
+    if x is None or x.dim() != 4 or x.dtype not in _FLOATING:
+        return None
+    pairs = [_pair(b[k]) for k in ("stride", "padding", "output_padding", "dilation")]
+    if any(p is None for p in pairs) or not isinstance(b["groups"], (int, torch.SymInt)):
+        return None
+    stride, padding, output_padding, dilation = pairs
+    return [b["input"], b["weight"], b["bias"], stride, padding, output_padding, b["groups"], dilation]
+
+
+def _single_user(node: fx.Node, user: fx.Node) -> bool:
+    return len(node.users) == 1 and user in node.users
+
+
+def _group_norm_of(node: fx.Node):
+    """(group_norm node to replace, its bound arguments) for group_norm calls, including
+    aten.native_group_norm whose only used output is getitem 0."""
+    b = _bind(node, _GROUP_NORM_SIGNATURES)
+    if b is not None:
+        return node, b
+    if node.op == "call_function" and node.target is aten.native_group_norm.default and len(node.args) == 8:
+        getters = list(node.users)
+        if len(getters) == 1 and getters[0].target is operator.getitem and getters[0].args[1] == 0:
+            x, w, bias, _n, _c, _hxw, groups, eps = node.args
+            return getters[0], {"input": x, "num_groups": groups, "weight": w, "bias": bias, "eps": eps}
+    return None, None
+
+
+def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False) -> Dict[str, int]:
+    """Rewrites the chains in place; returns {pattern name: replacements}."""
+    counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d": 0}
+    for node in list(graph.nodes):
+        out_node, gn = _group_norm_of(node)
+        if gn is None or not isinstance(gn["input"], fx.Node):
+            continue
+        gelu_node = gn["input"]
+        gelu = _bind(gelu_node, _GELU_SIGNATURES)
+        if gelu is None or gelu["approximate"] not in ("none", "tanh") or not isinstance(gelu["input"], fx.Node):
+            continue
+        conv_node = gelu["input"]
+        conv = _conv_args(conv_node)
+        if conv is None or not _single_user(conv_node, gelu_node) or not _single_user(gelu_node, node):
+            continue
+        if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):
+            continue
+        with graph.inserting_before(node):
+            fused = graph.call_function(
+                torch.ops.myops.conv_transpose2d_gelu_group_norm.default,
+                (*conv, gelu["approximate"], gn["num_groups"], gn["weight"], gn["bias"], float(gn["eps"])))
+        fused.meta.update({k: v for k, v in out_node.meta.items() if k in ("val", "example_value", "stack_trace", "nn_module_stack")})
+        out_node.replace_all_uses_with(fused)
+        for dead in (out_node, node, gelu_node, conv_node):
+            if dead in graph.nodes and not dead.users:
+                graph.erase_node(dead)
+        counts["conv_transpose2d_gelu_group_norm"] += 1
+    if standalone_conv:
+        for node in list(graph.nodes):
+            conv = _conv_args(node)
+            if conv is None:
+                continue
+            with graph.inserting_before(node):
+                new = graph.call_function(torch.ops.myops.conv_transpose2d.default, tuple(conv))
+            new.meta.update({k: v for k, v in node.meta.items() if k in ("val", "example_value", "stack_trace", "nn_module_stack")})
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            counts["conv_transpose2d"] += 1
+    return counts

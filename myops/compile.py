@@ -1,0 +1,128 @@
+"""torch.compile integration: rewrites conv_transpose2d -> gelu -> group_norm in unmodified models.
+
+    import myops.compile
+    myops.compile.enable()            # or: with myops.compile.enabled(): ...
+    model = torch.compile(model)      # chains now run as torch.ops.myops.conv_transpose2d_gelu_group_norm
+    myops.compile.stats()             # {"conv_transpose2d_gelu_group_norm": 1, "conv_transpose2d": 0}
+
+Where in the pipeline: Inductor's pre-grad custom pass, i.e. on the Dynamo graph *before*
+AOTAutograd. There F.gelu / F.group_norm are still whole calls, and AOTAutograd then traces the
+fused op with its own autograd formula, so training graphs save the fused op's inputs and get
+its gradients (a post-grad rewrite would only see the forward half of a joint graph, with gelu
+and group_norm already decomposed). The pass is a CustomGraphPass whose uuid() covers this module's
+source and the options, so Inductor's FX graph cache keys compiled graphs by it: a graph compiled
+without the pass is never reused with it, and vice versa.
+"""
+import contextlib
+import hashlib
+import logging
+from typing import Dict, Optional
+
+import torch
+import torch._inductor.config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from . import _fx_match
+
+log = logging.getLogger("myops.compile")
+
+_stats: Dict[str, int] = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d": 0}
+_state = {"pass": None, "previous": None}
+
+
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    for mod in (_fx_match, __import__(__name__, fromlist=["_"])):
+        with open(mod.__file__, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+class MyopsFusionPass(CustomGraphPass):
+    """The rewrite as an Inductor pre-grad pass (optionally chained after a pass that was set)."""
+
+    def __init__(self, conv_transpose2d: bool = False, chained: Optional[object] = None):
+        self.conv_transpose2d = conv_transpose2d
+        self.chained = chained
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if self.chained is not None:
+            self.chained(graph)
+        counts = _fx_match.rewrite_graph(graph, standalone_conv=self.conv_transpose2d)
+        for name, n in counts.items():
+            _stats[name] += n
+        if any(counts.values()):
+            log.info("myops.compile: replaced %s", {k: v for k, v in counts.items() if v})
+
+    def uuid(self):
+        chained = getattr(self.chained, "uuid", lambda: None)() if self.chained is not None else None
+        return f"myops-{_source_hash()}-conv{int(self.conv_transpose2d)}-{chained}"
+
+
+def enable(*, conv_transpose2d: bool = False) -> None:
+    """Installs the rewrite into torch.compile's default (Inductor) pipeline. Idempotent; calling
+    it again with other options replaces them. Like any Inductor setting it applies to
+    compilations that happen afterwards: a function torch.compile already compiled keeps its
+    graph until it recompiles (torch._dynamo.reset() forces that).
+
+    Args:
+        conv_transpose2d: also route standalone transposed convolutions to myops.conv_transpose2d.
+    """
+    current = inductor_config.pre_grad_custom_pass
+    if isinstance(current, MyopsFusionPass):
+        if current.conv_transpose2d == conv_transpose2d:
+            return
+        previous = current.chained
+    else:
+        previous = current
+        _state["previous"] = current
+    _state["pass"] = MyopsFusionPass(conv_transpose2d, chained=previous)
+    inductor_config.pre_grad_custom_pass = _state["pass"]
+
+
+def disable() -> None:
+    """Removes the rewrite (restoring a pre-grad pass that was set before enable())."""
+    if not isinstance(inductor_config.pre_grad_custom_pass, MyopsFusionPass):
+        return
+    inductor_config.pre_grad_custom_pass = _state["previous"]
+    _state["pass"] = _state["previous"] = None
+
+
+def is_enabled() -> bool:
+    return isinstance(inductor_config.pre_grad_custom_pass, MyopsFusionPass)
+
+
+@contextlib.contextmanager
+def enabled(**options):
+    """``with myops.compile.enabled(): ...``: enable() inside the block, the previous state after."""
+    was = inductor_config.pre_grad_custom_pass
+    enable(**options)
+    try:
+        yield
+    finally:
+        if not isinstance(was, MyopsFusionPass):
+            disable()
+        else:
+            enable(conv_transpose2d=was.conv_transpose2d)
+
+
+def stats() -> Dict[str, int]:
+    """{pattern name: replacements made} since reset_stats(). Counts rewrites performed by
+    compilations; a graph served from Inductor's cache was rewritten when it was first compiled."""
+    return dict(_stats)
+
+
+def reset_stats() -> None:
+    for k in _stats:
+        _stats[k] = 0
+
+
+def fuse(graph_module: torch.fx.GraphModule, *, conv_transpose2d: bool = False) -> int:
+    """Applies the rewrite to an FX GraphModule (e.g. ``torch.export.export(...).module()`` or its
+    ``graph_module``) in place and returns the number of replacements."""
+    counts = _fx_match.rewrite_graph(graph_module.graph, standalone_conv=conv_transpose2d)
+    graph_module.graph.lint()
+    graph_module.recompile()
+    for name, n in counts.items():
+        _stats[name] += n
+    return sum(counts.values())

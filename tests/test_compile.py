@@ -1,0 +1,261 @@
+"""torch.compile integration (myops.compile): replacements in unmodified models, numerics and
+gradients against eager, negative cases, caching, dynamic shapes, export / AOTInductor."""
+import logging
+
+import expecttest
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._inductor.utils import run_and_get_code
+
+import myops
+import myops.compile as mc
+from conftest import DEVICES, HAS_CUDA
+
+FUSED = "conv_transpose2d_gelu_group_norm"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    mc.disable()
+    mc.reset_stats()
+    torch._dynamo.reset()
+    yield
+    mc.disable()
+
+
+def no_cache():
+    # stats() counts rewrites done by compilations: make every test compile for real
+    return torch._inductor.config.patch(fx_graph_cache=False)
+
+
+class Block(nn.Module):
+    def __init__(self, c_in=4, c_out=6, k=3, groups_norm=3, approximate="none", affine=True, bias=True, **kw):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(c_in, c_out, k, bias=bias, **kw)
+        self.act = nn.GELU(approximate=approximate)
+        self.norm = nn.GroupNorm(groups_norm, c_out, affine=affine)
+
+    def forward(self, x):
+        return self.norm(self.act(self.conv(x)))
+
+
+def compiled_matches_eager(model, x, tol=1e-4, **compile_kw):
+    compiled = torch.compile(model, fullgraph=True, **compile_kw)
+    out, ref = compiled(x), model(x)
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    return compiled
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sequential_block_is_replaced(device):
+    model = nn.Sequential(nn.ConvTranspose2d(4, 8, 3), nn.GELU(), nn.GroupNorm(4, 8)).to(device)
+    x = torch.randn(2, 4, 9, 7, device=device)
+    mc.enable()
+    with no_cache(), torch.no_grad():
+        compiled_matches_eager(model, x)
+    assert mc.stats() == {FUSED: 1, "conv_transpose2d": 0}
+
+
+FUNCTIONAL_CASES = [
+    dict(stride=2, padding=1, output_padding=1, groups=2, dilation=1, approximate="tanh", affine=True, bias=False),
+    dict(stride=(1, 3), padding=(0, 2), output_padding=(0, 1), groups=1, dilation=(2, 1), approximate="none", affine=False, bias=True),
+]
+
+
+@pytest.mark.parametrize("case", FUNCTIONAL_CASES)
+def test_functional_calls_with_every_argument(case):
+    w = torch.randn(4, 3, 3, 2)
+    b = torch.randn(3 * case["groups"]) if case["bias"] else None
+    c_out = 3 * case["groups"]
+    gw, gb = (torch.randn(c_out), torch.randn(c_out)) if case["affine"] else (None, None)
+
+    def f(x):
+        y = F.conv_transpose2d(x, w, b, case["stride"], case["padding"], case["output_padding"], case["groups"], case["dilation"])
+        return F.group_norm(F.gelu(y, approximate=case["approximate"]), 3 if c_out % 3 == 0 else 1, gw, gb, eps=1e-3)
+
+    mc.enable()
+    with no_cache():
+        compiled_matches_eager(f, torch.randn(2, 4, 5, 6))
+    assert mc.stats()[FUSED] == 1
+
+
+class TwoChainsResidual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = Block(8, 8, 4, 4, approximate="tanh", stride=2, padding=1)
+        self.refine = nn.Sequential(nn.ConvTranspose2d(8, 8, 3, padding=1), nn.GELU(), nn.GroupNorm(2, 8))
+
+    def forward(self, x):
+        h = self.up(x)
+        return h + self.refine(h)
+
+
+def test_several_chains_in_sequential_and_residual_blocks():
+    mc.enable()
+    with no_cache(), torch.no_grad():
+        compiled_matches_eager(TwoChainsResidual(), torch.randn(2, 8, 6, 5))
+    assert mc.stats()[FUSED] == 2
+
+
+class ConvUsedTwice(Block):
+    def forward(self, x):
+        y = self.conv(x)
+        return self.norm(self.act(y)) + y
+
+
+class GeluUsedTwice(Block):
+    def forward(self, x):
+        a = self.act(self.conv(x))
+        return self.norm(a) * a
+
+
+class ReluBetween(Block):
+    def forward(self, x):
+        return self.norm(torch.relu(self.act(self.conv(x))))
+
+
+class NormOverOtherTensor(Block):
+    def forward(self, x):
+        a = self.act(self.conv(x))
+        return self.norm(torch.ones_like(a)) + a
+
+
+@pytest.mark.parametrize("model_cls", [ConvUsedTwice, GeluUsedTwice, ReluBetween, NormOverOtherTensor])
+def test_no_replacement_when_semantics_differ(model_cls):
+    mc.enable()
+    with no_cache(), torch.no_grad():
+        compiled_matches_eager(model_cls(), torch.randn(2, 4, 5, 5))
+    assert mc.stats()[FUSED] == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_gradients_equal_eager(device):
+    torch.manual_seed(0)
+    model = TwoChainsResidual().to(device)
+    x = torch.randn(2, 8, 6, 5, device=device, requires_grad=True)
+    mc.enable()
+    with no_cache():
+        compiled = torch.compile(model, fullgraph=True)
+        out = compiled(x)
+    assert mc.stats()[FUSED] == 2
+    grad = torch.randn_like(out)
+    params = [x] + list(model.parameters())
+    got = torch.autograd.grad(out, params, grad)
+    ref = torch.autograd.grad(model(x), params, grad)
+    tol = 2e-3 if device == "cuda" else 1e-4  # TF32 on CUDA
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, atol=tol * max(1.0, r.abs().max().item()), rtol=tol)
+
+
+def test_inference_mode_and_dynamic_batch():
+    model = Block(4, 6, 3, 3)
+    mc.enable()
+    with no_cache(), torch.inference_mode():
+        compiled = torch.compile(model, fullgraph=True, dynamic=True)
+        for n in (2, 5):
+            x = torch.randn(n, 4, 7, 5)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    assert mc.stats()[FUSED] >= 1
+
+
+def test_bfloat16_channels_last():
+    model = Block(4, 6, 3, 3).to(torch.bfloat16)
+    x = torch.randn(2, 4, 8, 8, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    mc.enable()
+    with no_cache(), torch.no_grad():
+        compiled_matches_eager(model, x, tol=5e-2)
+    assert mc.stats()[FUSED] == 1
+
+
+def test_standalone_conv_option():
+    model = nn.Sequential(nn.ConvTranspose2d(4, 6, 3, stride=2), nn.ReLU())
+    x = torch.randn(2, 4, 5, 5)
+    mc.enable(conv_transpose2d=True)
+    with no_cache(), torch.no_grad():
+        compiled_matches_eager(model, x)
+    assert mc.stats() == {FUSED: 0, "conv_transpose2d": 1}
+
+
+def test_cache_never_mixes_graphs_with_and_without_the_pass(tmp_path, monkeypatch):
+    # FX graph cache on (a fresh directory): the same graph compiled with and without the pass
+    # must give code with and without the myops op respectively.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    model = Block(4, 6, 3, 3)
+    x = torch.randn(2, 4, 5, 5)
+    with torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
+        for round_ in range(2):
+            for on in (True, False):
+                (mc.enable if on else mc.disable)()
+                torch._dynamo.reset()
+                out, code = run_and_get_code(torch.compile(model, fullgraph=True), x)
+                assert ("myops" in "\n".join(code)) == on, (round_, on)
+                torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
+    assert mc.MyopsFusionPass(False).uuid() != mc.MyopsFusionPass(True).uuid()
+
+
+def test_enable_is_idempotent_context_manager_and_logs(caplog):
+    mc.enable()
+    first = torch._inductor.config.pre_grad_custom_pass
+    mc.enable()
+    assert torch._inductor.config.pre_grad_custom_pass is first
+    mc.disable()
+    assert not mc.is_enabled()
+    with mc.enabled():
+        assert mc.is_enabled()
+        with caplog.at_level(logging.INFO, logger="myops.compile"), no_cache(), torch.no_grad():
+            torch.compile(Block())(torch.randn(1, 4, 3, 3))
+    assert not mc.is_enabled()
+    assert any("replaced" in r.getMessage() for r in caplog.records)
+
+
+class TestRewrittenGraph(expecttest.TestCase):
+    def test_export_then_fuse(self):
+        model = TwoChainsResidual().eval()
+        ep = torch.export.export(model, (torch.randn(2, 8, 6, 5),))
+        gm = ep.module()
+        self.assertEqual(mc.fuse(gm), 2)
+        ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        self.assertExpectedInline("\n".join(ops), """\
+myops.conv_transpose2d_gelu_group_norm.default
+myops.conv_transpose2d_gelu_group_norm.default
+aten.add.Tensor""")
+        x = torch.randn(2, 8, 6, 5)
+        torch.testing.assert_close(gm(x), model(x), atol=1e-4, rtol=1e-4)
+
+
+class CallsMyops(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 6, 3, 3))
+        self.gw = nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        y = torch.ops.myops.conv_transpose2d_gelu_group_norm(
+            x, self.w, None, [2, 2], [1, 1], [1, 1], 1, [1, 1], "tanh", 3, self.gw, None, 1e-5)
+        return torch.ops.myops.gelu(y) + torch.ops.myops.group_norm(y, 2, None, None, 1e-5)
+
+
+def test_export_and_aot_inductor_package(tmp_path):
+    model = CallsMyops().eval()
+    x = torch.randn(2, 4, 5, 5)
+    ep = torch.export.export(model, (x,))
+    torch.testing.assert_close(ep.module()(x), model(x))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "model.pt2"))
+    loaded = torch._inductor.aoti_load_package(path)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_reduce_overhead_mode_on_cuda():
+    model = Block(8, 8, 3, 4).cuda()
+    x = torch.randn(2, 8, 16, 16, device="cuda")
+    mc.enable()
+    with no_cache(), torch.no_grad():
+        compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):
+            out = compiled(x)
+        torch.testing.assert_close(out, model(x), atol=2e-3, rtol=2e-3)
+    assert mc.stats()[FUSED] == 1
