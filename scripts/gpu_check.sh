@@ -14,11 +14,18 @@ step() {  # step NAME COMMAND...: runs it, logs to $OUT/NAME.log, records pass /
   if "$@" >"$OUT/$name.log" 2>&1; then summary+=("| $name | ok | $((SECONDS - t0)) s | $(tail -n 1 "$OUT/$name.log") |")
   else summary+=("| $name | FAILED | $((SECONDS - t0)) s | $(tail -n 1 "$OUT/$name.log") |"); fi
 }
+# pure-Python test deps missing on the GPU image (expecttest) travel as wheels in .whl/
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/myops_site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/myops_site
+fi
 nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 step build python3 setup.py build_ext --inplace
 step pytest python3 -m pytest tests -q -x -p no:cacheprovider
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only
+step demo_seed_block python3 compile_demos/seed_block.py
+step demo_vae_up_block python3 compile_demos/vae_up_block.py
+step demo_dcgan_generator python3 compile_demos/dcgan_generator.py
 if [ "${SKIP_BENCH:-0}" != 1 ]; then step bench python3 -m myops.bench --json "$OUT/bench.json" "$@"; cat "$OUT/bench.log" | grep '^|'; fi
 tail -n 25 "$OUT/pytest.log"
 printf '\n| step | result | time | last line |\n|---|---|---|---|\n'; printf '%s\n' "${summary[@]}"
