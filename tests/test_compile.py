@@ -41,10 +41,12 @@ class Block(nn.Module):
         return self.norm(self.act(self.conv(x)))
 
 
-def compiled_matches_eager(model, x, tol=1e-4, **compile_kw):
+def compiled_matches_eager(model, x, tol=None, **compile_kw):
     compiled = torch.compile(model, fullgraph=True, **compile_kw)
     out, ref = compiled(x), model(x)
-    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    if tol is None:  # float32 convolutions run TF32 on CUDA (PyTorch's default), eager's too
+        tol = 5e-3 if x.is_cuda else 1e-4
+    torch.testing.assert_close(out, ref, atol=tol * max(1.0, ref.abs().max().item()), rtol=tol)
     return compiled
 
 

@@ -53,14 +53,14 @@ struct TilePixel {
 // applies GELU, stores to out (NCHW), and writes the GroupNorm partials (count, mean, M2) of the
 // stored values per channel when ep.tile_stats is set. Each thread keeps one pixel and steps over
 // channels, so a warp writes 32 neighbouring pixels of one channel.
-template <typename T, int BN, typename PixelOf>
+template <typename T, int BN, int kThreads, typename PixelOf>
 __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc, const T* __restrict__ bias,
                               T* __restrict__ out, const ConvTranspose2dParams& p,
                               const ConvEpilogue& ep, int64_t n, int64_t g, int64_t oc0,
                               int64_t tile_index, int64_t tiles_per_sample, PixelOf pixel_of) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   using Traits = DTypeTraits<T>;
-  constexpr int kBM = 128, kRowStep = kConvThreads / kBM;
+  constexpr int kBM = 128, kRowStep = kThreads / kBM;
   const int tid = threadIdx.x;
   const int my_m = tid % kBM;
   const int64_t c_valid = min(static_cast<int64_t>(BN), p.C_out_g - oc0);
@@ -80,7 +80,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc, const
   if (ep.tile_stats == nullptr) return;
   __syncthreads();
   // kSplit adjacent lanes share a channel and combine with shuffles in a fixed order.
-  constexpr int kSplit = kConvThreads / BN, kSpan = kBM / kSplit;
+  constexpr int kSplit = kThreads / BN, kSpan = kBM / kSplit;
   const int c = tid / kSplit, q = tid % kSplit;
   acc_t sum = 0, count = 0;
   for (int m = q * kSpan; m < (q + 1) * kSpan; ++m) {

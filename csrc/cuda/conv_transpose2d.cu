@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  conv_epilogue<T, BN>(Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
+  conv_epilogue<T, BN, kThreads>(Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
                        [&](int m) -> TilePixel {
                          const int64_t mg = m_base + m;
                          if (mg >= P) return {false, 0, 0};

@@ -17,6 +17,8 @@ constexpr int kRowsPerStage = 8;     // weight rows per tap and stage (8 fp32 or
 constexpr int kLdB = kBN + 8;        // words; == 8 mod 32: conflict-free B fragments
 constexpr int kLdC = 128 + 4;
 constexpr int kMaxSmem = 200 * 1024;
+// 4 warps, each 32 pixels (two tile rows) x all 64 channels: every A fragment feeds 8 MMAs
+constexpr int kThreads = 128, kWarps = kThreads / 32;
 
 // Channels per stage: the MMA's K (8 for TF32, 16 for 16-bit types).
 template <typename T>
@@ -119,7 +121,7 @@ __device__ inline MmaPhase decode_mma_tile(int64_t t, const ConvTranspose2dParam
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kConvThreads, 2)
+__global__ void __launch_bounds__(kThreads, 3)
     conv_mma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                     const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                     ConvEpilogue ep, int64_t n_base, int64_t tiles_per_sample, int64_t stage_words,
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(kConvThreads, 2)
   constexpr int kCh = channels_per_stage<T>();
   extern __shared__ __align__(16) uint32_t smem[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int wm = warp % 4, wn = warp / 4;  // warp tile: rows 2wm, 2wm+1 of the 8x16 tile; 32 channels
+  const int wm = warp;  // warp tile: rows 2wm, 2wm+1 of the 8x16 tile, all 64 channels
   const int gq = lane / 4, tq = lane % 4;
 
   const int64_t n = n_base + blockIdx.z;
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(kConvThreads, 2)
     // A: kCh channel planes x halo rows; one warp per row, one lane per word.
     const int64_t ic0 = chunk * kCh;
     const int64_t rows = kCh * halo.rows;
-    for (int64_t r = warp; r < rows; r += kConvThreads / 32) {
+    for (int64_t r = warp; r < rows; r += kWarps) {
       const int64_t k = r / halo.rows, hr = r % halo.rows;
       const int64_t ih = row0 + hr, ic = ic0 + k;
       const bool row_ok = ih >= 0 && ih < p.H && ic < p.C_in_g;
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(kConvThreads, 2)
     // B: the phase's taps x 8 weight rows x 64 channels, 16 bytes per copy.
     uint32_t* Bs = stage + a_words;
     const int64_t copies = taps * kRowsPerStage * (kBN / 4);
-    for (int64_t c = tid; c < copies; c += kConvThreads) {
+    for (int64_t c = tid; c < copies; c += kThreads) {
       const int64_t q = c % (kBN / 4), row = c / (kBN / 4);
       const int64_t t = row / kRowsPerStage, r = row % kRowsPerStage;
       cp_async16(Bs + row * kLdB + 4 * q, w_phase + (t * cin_rows + chunk * kRowsPerStage + r) * cout_pad + 4 * q);
@@ -177,11 +179,12 @@ __global__ void __launch_bounds__(kConvThreads, 2)
     cp_async_commit();
   };
 
-  float acc[2][4][4];
+  constexpr int kNT = kBN / 8;  // n8 tiles per warp
+  float acc[2][kNT][4];
 #pragma unroll
   for (int a = 0; a < 2; ++a)
 #pragma unroll
-    for (int b = 0; b < 4; ++b)
+    for (int b = 0; b < kNT; ++b)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
 
@@ -198,10 +201,10 @@ __global__ void __launch_bounds__(kConvThreads, 2)
       for (int t_w = 0; t_w < cnt_w; ++t_w) {
         const int dw = (cnt_w - 1 - t_w) * step_w + shift;
         const uint32_t* Bt = Bs + (t_h * cnt_w + t_w) * kRowsPerStage * kLdB;
-        uint32_t bfrag[4][2];
+        uint32_t bfrag[kNT][2];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int col = wn * 32 + nt * 8 + gq;
+        for (int nt = 0; nt < kNT; ++nt) {
+          const int col = nt * 8 + gq;
           bfrag[nt][0] = Bt[tq * kLdB + col];
           bfrag[nt][1] = Bt[(tq + 4) * kLdB + col];  // float32 weights are TF32-rounded already
         }
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(kConvThreads, 2)
             afrag[3] = pack(2 * tq + 8, 8);
           }
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) mma<T>(acc[mt][nt], afrag, bfrag[nt]);
+          for (int nt = 0; nt < kNT; ++nt) mma<T>(acc[mt][nt], afrag, bfrag[nt]);
         }
       }
     }
@@ -254,15 +257,15 @@ __global__ void __launch_bounds__(kConvThreads, 2)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int m = (2 * wm + mt) * kTW + gq, c = wn * 32 + nt * 8 + 2 * tq;
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int m = (2 * wm + mt) * kTW + gq, c = nt * 8 + 2 * tq;
       Cs[c * kLdC + m] = acc[mt][nt][0];
       Cs[(c + 1) * kLdC + m] = acc[mt][nt][1];
       Cs[c * kLdC + m + 8] = acc[mt][nt][2];
       Cs[(c + 1) * kLdC + m + 8] = acc[mt][nt][3];
     }
   __syncthreads();
-  conv_epilogue<T, kBN>(Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
+  conv_epilogue<T, kBN, kThreads>(Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
                         [&](int m) -> TilePixel {
                           const int64_t j = j0 + m / kTW, i = i0 + m % kTW;
                           if (j >= ph.OHp || i >= ph.OWp) return {false, 0, 0};
@@ -326,7 +329,7 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
   for (int64_t n0 = 0; n0 < p.N; n0 += 65535) {
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
                     static_cast<unsigned>(std::min<int64_t>(65535, p.N - n0)));
-    conv_mma_kernel<T><<<grid, kConvThreads, smem, stream>>>(
+    conv_mma_kernel<T><<<grid, kThreads, smem, stream>>>(
         static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
         static_cast<T*>(out), p, ep, n0, tiles, stage_words, a_words, cin_rows, cout_pad_words);
     err = cudaGetLastError();
