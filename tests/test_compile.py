@@ -227,6 +227,10 @@ aten.add.Tensor""")
         torch.testing.assert_close(gm(x), model(x), atol=1e-4, rtol=1e-4)
 
 
+AOTI_SCRIPT = r"""
+import sys, torch, torch.nn as nn
+import myops
+
 class CallsMyops(nn.Module):
     def __init__(self):
         super().__init__()
@@ -238,16 +242,25 @@ class CallsMyops(nn.Module):
             x, self.w, None, [2, 2], [1, 1], [1, 1], 1, [1, 1], "tanh", 3, self.gw, None, 1e-5)
         return torch.ops.myops.gelu(y) + torch.ops.myops.group_norm(y, 2, None, None, 1e-5)
 
+model = CallsMyops().eval()
+x = torch.randn(2, 4, 5, 5)
+ep = torch.export.export(model, (x,))
+torch.testing.assert_close(ep.module()(x), model(x))
+path = torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[1])
+loaded = torch._inductor.aoti_load_package(path)
+with torch.no_grad():
+    torch.testing.assert_close(loaded(x), model(x), atol=1e-5, rtol=1e-5)
+print("AOTI OK")
+"""
+
 
 def test_export_and_aot_inductor_package(tmp_path):
-    model = CallsMyops().eval()
-    x = torch.randn(2, 4, 5, 5)
-    ep = torch.export.export(model, (x,))
-    torch.testing.assert_close(ep.module()(x), model(x))
-    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "model.pt2"))
-    loaded = torch._inductor.aoti_load_package(path)
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(x), model(x), atol=1e-5, rtol=1e-5)
+    # in a child process: a native crash while loading a package must fail this test, not the run
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", AOTI_SCRIPT, str(tmp_path / "model.pt2")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "AOTI OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")

@@ -1,0 +1,14 @@
+"""Control for the AOTInductor test: a plain model without myops ops, exported, packaged, loaded."""
+import sys
+import tempfile
+
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+x = torch.randn(2, 8)
+ep = torch.export.export(model, (x,))
+with tempfile.TemporaryDirectory() as d:
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=f"{d}/m.pt2")
+    loaded = torch._inductor.aoti_load_package(path)
+    torch.testing.assert_close(loaded(x), model(x))
+print("plain AOTI OK", torch.__version__, file=sys.stderr)
