@@ -45,27 +45,29 @@ __host__ __device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t 
 
 // Where the epilogue's pixel m of a tile lands.
 struct TilePixel {
-  bool valid;
   int64_t oh, ow;
 };
+// (valid_of(m) is the cheap test used in the statistics loops; pixel_of(m), with its
+// coordinates, is evaluated once per thread and only for valid pixels.)
 
 // Cs[c * ldc + m] holds the tile's accumulators (channel c < BN, pixel m < 128). Adds the bias,
 // applies GELU, stores to out (NCHW), and writes the GroupNorm partials (count, mean, M2) of the
 // stored values per channel when ep.tile_stats is set. Each thread keeps one pixel and steps over
 // channels, so a warp writes 32 neighbouring pixels of one channel.
-template <typename T, int BN, int kThreads, typename PixelOf>
+template <typename T, int BN, int kThreads, typename ValidOf, typename PixelOf>
 __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc, const T* __restrict__ bias,
                               T* __restrict__ out, const ConvTranspose2dParams& p,
                               const ConvEpilogue& ep, int64_t n, int64_t g, int64_t oc0,
-                              int64_t tile_index, int64_t tiles_per_sample, PixelOf pixel_of) {
+                              int64_t tile_index, int64_t tiles_per_sample, ValidOf valid_of,
+                              PixelOf pixel_of) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   using Traits = DTypeTraits<T>;
   constexpr int kBM = 128, kRowStep = kThreads / kBM;
   const int tid = threadIdx.x;
   const int my_m = tid % kBM;
   const int64_t c_valid = min(static_cast<int64_t>(BN), p.C_out_g - oc0);
-  const TilePixel px = pixel_of(my_m);
-  if (px.valid) {
+  if (valid_of(my_m)) {
+    const TilePixel px = pixel_of(my_m);
     const int64_t plane = p.OH * p.OW;
     T* out_pix = out + ((n * p.C_out + g * p.C_out_g + oc0) * p.OH + px.oh) * p.OW + px.ow;
     for (int c = tid / kBM; c < c_valid; c += kRowStep) {
@@ -84,7 +86,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc, const
   const int c = tid / kSplit, q = tid % kSplit;
   acc_t sum = 0, count = 0;
   for (int m = q * kSpan; m < (q + 1) * kSpan; ++m) {
-    if (!pixel_of(m).valid) continue;
+    if (!valid_of(m)) continue;
     sum += Cs[c * ldc + m];
     count += 1;
   }
@@ -96,7 +98,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc, const
   const acc_t mean = sum / count;
   acc_t m2 = 0;
   for (int m = q * kSpan; m < (q + 1) * kSpan; ++m) {
-    if (!pixel_of(m).valid) continue;
+    if (!valid_of(m)) continue;
     const acc_t d = Cs[c * ldc + m] - mean;
     m2 += d * d;
   }

@@ -225,12 +225,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  conv_epilogue<T, BN, kThreads>(Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
-                       [&](int m) -> TilePixel {
-                         const int64_t mg = m_base + m;
-                         if (mg >= P) return {false, 0, 0};
-                         return {true, ph.rh + p.sH * (mg / ph.OWp), ph.rw + p.sW * (mg % ph.OWp)};
-                       });
+  const int m_valid = static_cast<int>(min<int64_t>(kBM, P - m_base));
+  conv_epilogue<T, BN, kThreads>(
+      Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
+      [=](int m) { return m < m_valid; },
+      [&](int m) -> TilePixel {
+        const int64_t mg = m_base + m;
+        return {ph.rh + p.sH * (mg / ph.OWp), ph.rw + p.sW * (mg % ph.OWp)};
+      });
 }
 
 template <typename T>

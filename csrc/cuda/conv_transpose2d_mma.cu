@@ -156,16 +156,19 @@ __global__ void __launch_bounds__(kThreads, 3)
   auto issue = [&](int64_t chunk, uint32_t* stage) {
     // A: kCh channel planes x halo rows; one warp per row, one lane per word.
     const int64_t ic0 = chunk * kCh;
-    const int64_t rows = kCh * halo.rows;
-    for (int64_t r = warp; r < rows; r += kWarps) {
-      const int64_t k = r / halo.rows, hr = r % halo.rows;
-      const int64_t ih = row0 + hr, ic = ic0 + k;
-      const bool row_ok = ih >= 0 && ih < p.H && ic < p.C_in_g;
-      if (lane < halo.row_words) {
-        const int64_t iw = col0 + (kPairs ? 2 * lane : lane);
-        const bool ok = row_ok && iw >= 0 && iw < p.W;
-        const T* src = ok ? x_group + ic * HW + ih * p.W + iw : x_group;
-        cp_async4(stage + k * halo.plane_words + hr * halo.row_words + lane, src, ok);
+    // (nested loops rather than a flat index: a 64-bit division per row cost more than the MMAs)
+    const int64_t iw = col0 + (kPairs ? 2 * lane : lane);
+    const bool col_ok = lane < halo.row_words && iw >= 0 && iw < p.W;
+    if (lane < halo.row_words) {
+      for (int k = 0; k < kCh; ++k) {
+        const int64_t ic = ic0 + k;
+        const T* plane_src = x_group + ic * HW + iw;
+        uint32_t* plane_dst = stage + k * halo.plane_words + lane;
+        for (int hr = warp; hr < halo.rows; hr += kWarps) {
+          const int64_t ih = row0 + hr;
+          const bool ok = col_ok && ic < p.C_in_g && ih >= 0 && ih < p.H;
+          cp_async4(plane_dst + hr * halo.row_words, ok ? plane_src + ih * p.W : x_group, ok);
+        }
       }
     }
     // B: the phase's taps x 8 weight rows x 64 channels, 16 bytes per copy.
@@ -265,12 +268,12 @@ __global__ void __launch_bounds__(kThreads, 3)
       Cs[(c + 1) * kLdC + m + 8] = acc[mt][nt][3];
     }
   __syncthreads();
-  conv_epilogue<T, kBN, kThreads>(Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
-                        [&](int m) -> TilePixel {
-                          const int64_t j = j0 + m / kTW, i = i0 + m % kTW;
-                          if (j >= ph.OHp || i >= ph.OWp) return {false, 0, 0};
-                          return {true, ph.rh + p.sH * j, ph.rw + p.sW * i};
-                        });
+  const int rows_valid = static_cast<int>(min<int64_t>(kTH, ph.OHp - j0));
+  const int cols_valid = static_cast<int>(min<int64_t>(kTW, ph.OWp - i0));
+  conv_epilogue<T, kBN, kThreads>(
+      Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
+      [=](int m) { return m / kTW < rows_valid && m % kTW < cols_valid; },
+      [&](int m) -> TilePixel { return {ph.rh + p.sH * (j0 + m / kTW), ph.rw + p.sW * (i0 + m % kTW)}; });
 }
 
 // weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][C_in_g rows][C_out_pad], zero
