@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  const int m_valid = static_cast<int>(min<int64_t>(kBM, P - m_base));
+  const int m_valid = static_cast<int>(P - m_base < kBM ? P - m_base : kBM);
   conv_epilogue<T, BN, kThreads>(
       Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
       [=](int m) { return m < m_valid; },

@@ -268,8 +268,8 @@ __global__ void __launch_bounds__(kThreads, 3)
       Cs[(c + 1) * kLdC + m + 8] = acc[mt][nt][3];
     }
   __syncthreads();
-  const int rows_valid = static_cast<int>(min<int64_t>(kTH, ph.OHp - j0));
-  const int cols_valid = static_cast<int>(min<int64_t>(kTW, ph.OWp - i0));
+  const int rows_valid = static_cast<int>(ph.OHp - j0 < kTH ? ph.OHp - j0 : kTH);
+  const int cols_valid = static_cast<int>(ph.OWp - i0 < kTW ? ph.OWp - i0 : kTW);
   conv_epilogue<T, kBN, kThreads>(
       Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
       [=](int m) { return m / kTW < rows_valid && m % kTW < cols_valid; },
