@@ -20,7 +20,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 step build python3 setup.py build_ext --inplace
-step pytest python3 -m pytest tests -q -x -p no:cacheprovider
+step pytest python3 -m pytest tests -q -p no:cacheprovider
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only
 step demo_seed_block python3 compile_demos/seed_block.py
