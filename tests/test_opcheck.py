@@ -62,28 +62,21 @@ def fused_samples(device):
     return out
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_conv_transpose2d(device):
-    for args in conv_samples(device):
-        torch.library.opcheck(torch.ops.myops.conv_transpose2d.default, args)
+# op name -> samples as (args, kwargs)
+SAMPLES = {
+    "conv_transpose2d": lambda d: [(a, {}) for a in conv_samples(d)],
+    "gelu": gelu_samples,
+    "group_norm": lambda d: [(a, {}) for a in group_norm_samples(d)],
+    "conv_transpose2d_gelu_group_norm": lambda d: [(a, {}) for a in fused_samples(d)],
+}
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_gelu(device):
-    for args, kwargs in gelu_samples(device):
-        torch.library.opcheck(torch.ops.myops.gelu.default, args, kwargs)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_group_norm(device):
-    for args in group_norm_samples(device):
-        torch.library.opcheck(torch.ops.myops.group_norm.default, args)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_conv_transpose2d_gelu_group_norm(device):
-    for args in fused_samples(device):
-        torch.library.opcheck(torch.ops.myops.conv_transpose2d_gelu_group_norm.default, args)
+@pytest.mark.parametrize("op_name", list(SAMPLES))
+def test_opcheck(device, op_name):
+    op = getattr(torch.ops.myops, op_name).default
+    for args, kwargs in SAMPLES[op_name](device):
+        torch.library.opcheck(op, args, kwargs)
 
 
 def test_schemas_are_the_designed_ones():

@@ -56,26 +56,31 @@ struct HalfWmma {
   __device__ static void round(F&) {}
 };
 
+// float16 and bfloat16: conversions through explicit intrinsics (torch builds with
+// __CUDA_NO_HALF_CONVERSIONS__ / __CUDA_NO_BFLOAT16_CONVERSIONS__).
+__device__ inline float half_to_float(__half v) { return __half2float(v); }
+__device__ inline float half_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename Half>
+__device__ inline Half float_to_half(float v);
 template <>
-struct DTypeTraits<__half> {
-  // explicit intrinsics: torch builds with __CUDA_NO_HALF_CONVERSIONS__
+__device__ inline __half float_to_half<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ inline __nv_bfloat16 float_to_half<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename Half>
+struct Half16Traits {
   using acc_t = float;
-  __device__ static float to_acc(__half v) { return __half2float(v); }
-  __device__ static __half from_acc(float v) { return __float2half_rn(v); }
   static constexpr int kVec = 8;
+  __device__ static float to_acc(Half v) { return half_to_float(v); }
+  __device__ static Half from_acc(float v) { return float_to_half<Half>(v); }
   template <bool kTensorCore>
-  using Wmma = typename std::conditional<kTensorCore, HalfWmma<__half>, NoWmma>::type;
+  using Wmma = typename std::conditional<kTensorCore, HalfWmma<Half>, NoWmma>::type;
 };
 
 template <>
-struct DTypeTraits<__nv_bfloat16> {
-  using acc_t = float;
-  __device__ static float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 from_acc(float v) { return __float2bfloat16_rn(v); }
-  static constexpr int kVec = 8;
-  template <bool kTensorCore>
-  using Wmma = typename std::conditional<kTensorCore, HalfWmma<__nv_bfloat16>, NoWmma>::type;
-};
+struct DTypeTraits<__half> : Half16Traits<__half> {};
+template <>
+struct DTypeTraits<__nv_bfloat16> : Half16Traits<__nv_bfloat16> {};
 
 }  // namespace cuda
 }  // namespace myops
