@@ -14,6 +14,7 @@ source and the options, so Inductor's FX graph cache keys compiled graphs by it:
 without the pass is never reused with it, and vice versa.
 """
 import contextlib
+import functools
 import hashlib
 import logging
 from typing import Dict, Optional
@@ -27,13 +28,14 @@ from . import _fx_match
 log = logging.getLogger("myops.compile")
 
 _stats: Dict[str, int] = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d": 0}
-_state = {"pass": None, "previous": None}
 
 
+@functools.lru_cache(maxsize=None)
 def _source_hash() -> str:
+    """Hash of the rewrite's source (read once: uuid() is called on every compilation)."""
     h = hashlib.sha256()
-    for mod in (_fx_match, __import__(__name__, fromlist=["_"])):
-        with open(mod.__file__, "rb") as f:
+    for path in (_fx_match.__file__, __file__):
+        with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()
 
@@ -75,17 +77,14 @@ def enable(*, conv_transpose2d: bool = False) -> None:
         previous = current.chained
     else:
         previous = current
-        _state["previous"] = current
-    _state["pass"] = MyopsFusionPass(conv_transpose2d, chained=previous)
-    inductor_config.pre_grad_custom_pass = _state["pass"]
+    inductor_config.pre_grad_custom_pass = MyopsFusionPass(conv_transpose2d, chained=previous)
 
 
 def disable() -> None:
     """Removes the rewrite (restoring a pre-grad pass that was set before enable())."""
-    if not isinstance(inductor_config.pre_grad_custom_pass, MyopsFusionPass):
-        return
-    inductor_config.pre_grad_custom_pass = _state["previous"]
-    _state["pass"] = _state["previous"] = None
+    current = inductor_config.pre_grad_custom_pass
+    if isinstance(current, MyopsFusionPass):
+        inductor_config.pre_grad_custom_pass = current.chained
 
 
 def is_enabled() -> bool:

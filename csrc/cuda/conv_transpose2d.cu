@@ -1,4 +1,4 @@
-// Implicit-GEMM conv_transpose2d. One block = kConvTileM output pixels of one phase of one sample
+// Generic implicit-GEMM conv_transpose2d. One block = 128 output pixels of one phase of one sample
 // x BN output channels of one group. The K loop visits only the taps that reach the block's
 // phase (a block-uniform test), C_in / groups in chunks of kBK. Tensor cores through WMMA: TF32
 // for float32 (when allowed), bf16 / fp16 with float32 accumulation; float64 and strict float32
@@ -21,7 +21,7 @@ namespace cuda {
 namespace {
 
 constexpr int kThreads = kConvThreads;
-constexpr int kBM = kConvTileM;
+constexpr int kBM = 128;  // output pixels per block
 constexpr int kBK = 16;
 constexpr int kPadAB = 8;  // keeps WMMA pointers 32-byte aligned and spreads smem banks
 constexpr int kPadC = 4;

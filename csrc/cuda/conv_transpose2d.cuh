@@ -7,8 +7,6 @@
 namespace myops {
 namespace cuda {
 
-constexpr int kConvTileM = 128;  // output pixels per block (fixed: sizes the GroupNorm partials)
-
 // What the GEMM epilogue does after adding the bias.
 struct ConvEpilogue {
   bool gelu = false;
