@@ -1,4 +1,5 @@
 #pragma once
+#include <type_traits>
 // Pieces shared by the two conv_transpose2d kernels: phase geometry and the epilogue
 // (bias, GELU, store, GroupNorm tile partials).
 #include "cuda/conv_transpose2d.cuh"
@@ -50,11 +51,11 @@ struct TilePixel {
 // (valid_of(m) is the cheap test used in the statistics loops; pixel_of(m), with its
 // coordinates, is evaluated once per thread and only for valid pixels.)
 
-// Cs[c * ldc + m] holds the tile's accumulators (channel c < BN, pixel m < 128). Adds the bias,
+// Cs[c * ldc + m] holds the tile's accumulators (channel c < BN, pixel m < BM). Adds the bias,
 // applies GELU, stores to out (NCHW), and writes the GroupNorm partials (count, mean, M2) of the
-// stored values per channel when ep.tile_stats is set. Each thread keeps one pixel and steps over
+// stored values per channel when ep.tile_stats is set. Each thread keeps a pixel and steps over
 // channels, so a warp writes 32 neighbouring pixels of one channel.
-template <typename T, int BN, int kThreads, typename ValidOf, typename PixelOf>
+template <typename T, int BM, int BN, int kThreads, typename ValidOf, typename PixelOf>
 __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc, const T* __restrict__ bias,
                               T* __restrict__ out, const ConvTranspose2dParams& p,
                               const ConvEpilogue& ep, int64_t n, int64_t g, int64_t oc0,
@@ -62,27 +63,44 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc, const
                               PixelOf pixel_of) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   using Traits = DTypeTraits<T>;
-  constexpr int kBM = 128, kRowStep = kThreads / kBM;
+  constexpr int kPixStep = kThreads < BM ? kThreads : BM, kChanStep = kThreads / kPixStep;
+  static_assert(BM % kPixStep == 0 && kThreads % kPixStep == 0, "epilogue thread layout");
   const int tid = threadIdx.x;
-  const int my_m = tid % kBM;
   const int64_t c_valid = min(static_cast<int64_t>(BN), p.C_out_g - oc0);
-  if (valid_of(my_m)) {
-    const TilePixel px = pixel_of(my_m);
-    const int64_t plane = p.OH * p.OW;
-    T* out_pix = out + ((n * p.C_out + g * p.C_out_g + oc0) * p.OH + px.oh) * p.OW + px.ow;
-    for (int c = tid / kBM; c < c_valid; c += kRowStep) {
-      acc_t v = Cs[c * ldc + my_m];
-      if (bias) v += Traits::to_acc(bias[g * p.C_out_g + oc0 + c]);
-      if (ep.gelu) v = gelu<acc_t>(v, ep.approx);
-      const T stored = Traits::from_acc(v);
-      Cs[c * ldc + my_m] = Traits::to_acc(stored);
-      out_pix[c * plane] = stored;
+  const int64_t plane = p.OH * p.OW;
+  const T* bias_c = bias ? bias + g * p.C_out_g + oc0 : nullptr;
+  const bool keep = ep.tile_stats != nullptr;  // the statistics below read the stored values
+  const int c_first = tid / kPixStep;
+  // (pointer increments and a GELU-free instantiation: this loop runs once per output element)
+  auto store = [&](auto with_gelu) {
+    for (int m = tid % kPixStep; m < BM; m += kPixStep) {
+      if (!valid_of(m)) continue;
+      const TilePixel px = pixel_of(m);
+      T* o = out + ((n * p.C_out + g * p.C_out_g + oc0 + c_first) * p.OH + px.oh) * p.OW + px.ow;
+      acc_t* cs = Cs + c_first * ldc + m;
+#pragma unroll 4
+      for (int c = c_first; c < c_valid; c += kChanStep) {
+        acc_t v = *cs;
+        if (bias_c) v += Traits::to_acc(bias_c[c]);
+        if constexpr (decltype(with_gelu)::value) v = gelu<acc_t>(v, ep.approx);
+        const T stored = Traits::from_acc(v);
+        if (keep) *cs = Traits::to_acc(stored);
+        *o = stored;
+        o += kChanStep * plane;
+        cs += kChanStep * ldc;
+      }
     }
+  };
+  if (ep.gelu) {
+    store(std::true_type{});
+  } else {
+    store(std::false_type{});
   }
   if (ep.tile_stats == nullptr) return;
   __syncthreads();
   // kSplit adjacent lanes share a channel and combine with shuffles in a fixed order.
-  constexpr int kSplit = kThreads / BN, kSpan = kBM / kSplit;
+  constexpr int kSplit = kThreads / BN, kSpan = BM / kSplit;
+  static_assert(kThreads % BN == 0 && kSplit <= 32 && BM % kSplit == 0, "statistics layout");
   const int c = tid / kSplit, q = tid % kSplit;
   acc_t sum = 0, count = 0;
   for (int m = q * kSpan; m < (q + 1) * kSpan; ++m) {

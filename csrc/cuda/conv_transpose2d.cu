@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
 
   const int m_valid = static_cast<int>(P - m_base < kBM ? P - m_base : kBM);
-  conv_epilogue<T, BN, kThreads>(
+  conv_epilogue<T, kBM, BN, kThreads>(
       Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
       [=](int m) { return m < m_valid; },
       [&](int m) -> TilePixel {
@@ -293,16 +293,18 @@ cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out
 ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
   const char* disable = std::getenv("MYOPS_DISABLE_MMA");
   ConvPlan plan;
-  plan.mma = !(disable && disable[0] == '1') && conv_mma_supported(p, dtype, fp32_math);
-  plan.tiles_per_sample = plan.mma ? conv_mma_tiles_per_sample(p) : generic_tiles_per_sample(p);
-  plan.prepared_numel = plan.mma ? conv_mma_prepared_weight_numel(p, dtype) : p.C_in * p.C_out_g * p.kH * p.kW;
+  plan.mma = !(disable && disable[0] == '1');
+  if (plan.mma) plan.tiling = conv_mma_tiling(p, dtype, fp32_math);
+  plan.mma = plan.tiling.mt > 0;
+  plan.tiles_per_sample = plan.mma ? conv_mma_tiles_per_sample(p, plan.tiling) : generic_tiles_per_sample(p);
+  plan.prepared_numel = plan.mma ? conv_mma_prepared_weight_numel(p, dtype, plan.tiling) : p.C_in * p.C_out_g * p.kH * p.kW;
   return plan;
 }
 
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
                                 const ConvTranspose2dParams& p, const ConvPlan& plan,
                                 cudaStream_t stream) {
-  if (plan.mma) return conv_mma_prepare_weight(weight, prepared, dtype, p, stream);
+  if (plan.mma) return conv_mma_prepare_weight(weight, prepared, dtype, p, plan.tiling, stream);
   const int64_t total = plan.prepared_numel;
   const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
   if (total == 0) return cudaSuccess;
@@ -319,7 +321,7 @@ cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight,
                                      void* out, DType dtype, Fp32Math fp32_math,
                                      const ConvTranspose2dParams& p, const ConvPlan& plan,
                                      const ConvEpilogue& ep, cudaStream_t stream) {
-  if (plan.mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, ep, stream);
+  if (plan.mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, plan.tiling, ep, stream);
   switch (dtype) {
     case DType::F32:
       return fp32_math == Fp32Math::TF32

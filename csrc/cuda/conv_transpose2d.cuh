@@ -2,6 +2,7 @@
 // conv_transpose2d as an implicit GEMM in gather form, one output phase (oh mod s_h, ow mod s_w)
 // at a time: per phase M = output pixels, N = C_out / groups, K = C_in / groups x (taps that hit
 // the phase). Phases that no tap reaches just write the bias.
+#include "cuda/conv_transpose2d_mma.cuh"
 #include "cuda/launch.cuh"
 
 namespace myops {
@@ -24,6 +25,7 @@ struct ConvEpilogue {
 // generic kernel (tests use it to cover both).
 struct ConvPlan {
   bool mma = false;
+  MmaTiling tiling;               // the mma kernel's tile shape (when mma)
   int64_t tiles_per_sample = 0;   // sizes ConvEpilogue::tile_stats
   int64_t prepared_numel = 0;     // elements of the prepared weight buffer (input dtype)
 };

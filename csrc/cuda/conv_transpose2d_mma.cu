@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/conv_common.cuh"
@@ -11,388 +12,520 @@ namespace myops {
 namespace cuda {
 namespace {
 
-constexpr int kTH = 8, kTW = 16;     // output tile of a phase grid: 8 rows x 16 columns
-constexpr int kBN = 64;              // output channels per block
-constexpr int kRowsPerStage = 8;     // weight rows per tap and stage (8 fp32 or 8 bf16 pairs)
-constexpr int kLdB = kBN + 8;        // words; == 8 mod 32: conflict-free B fragments
-constexpr int kLdC = 128 + 4;
-constexpr int kMaxSmem = 200 * 1024;
-// 4 warps, each 32 pixels (two tile rows) x all 64 channels: every A fragment feeds 8 MMAs
-constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kPxWarps = 4;                  // warps along the pixels of a tile
+constexpr int kWarpPx = 64;                  // pixels per warp: 8 n8 tiles
+constexpr int kTilePx = kPxWarps * kWarpPx;  // pixels per block
+constexpr int kMaxHalo = 512;                // halo pixels per tile (staged by all threads)
+// A halo pixel holds 32 bytes of channels; its row is 48 bytes so that the 8 rows of an ldmatrix
+// (8 neighbouring pixels) fall in 8 distinct 16-byte bank groups.
+constexpr int kHaloPitch = 12;               // words
+constexpr int kFragWords = 128;              // one m16 A fragment for a warp: 32 lanes x 4 words
+constexpr size_t kMaxSmem = 200 * 1024;
+constexpr size_t kTwoBlocksSmem = 110 * 1024;  // two blocks per SM fit under this
 
-// Channels per stage: the MMA's K (8 for TF32, 16 for 16-bit types).
 template <typename T>
-constexpr int channels_per_stage() { return std::is_same<T, float>::value ? 8 : 16; }
+constexpr int chunk_channels() { return std::is_same<T, float>::value ? 8 : 16; }
+int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
 
-// Halo geometry of one phase (rows, words per row, words per channel plane).
-struct Halo {
-  int64_t rows, row_words, plane_words;
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Everything the kernel and the host need about one phase of a tiling.
+struct PhaseTile {
+  int64_t rh, rw, OHp, OWp, tiles_w, tiles, tile, tap_base;
+  PhaseTaps th, tw;
+  int hrows, hcols;  // input halo of one tile
 };
 
-__host__ __device__ inline Halo halo_of(const PhaseTaps& th, const PhaseTaps& tw, bool pairs) {
-  const int64_t rows = kTH + (th.count > 0 ? th.count - 1 : 0) * th.off_step;
-  const int64_t cols = kTW + (tw.count > 0 ? tw.count - 1 : 0) * tw.off_step + (pairs ? 1 : 0);
-  const int64_t row_words = pairs ? (cols + 1) / 2 : cols;
-  int64_t plane = rows * row_words;
-  plane += ((8 - plane % 32) + 32) % 32;  // == 8 mod 32: conflict-free A fragments
-  return {rows, row_words, plane};
+__host__ __device__ inline PhaseTile phase_tile(const ConvTranspose2dParams& p, const MmaTiling& t,
+                                                int64_t rh, int64_t rw) {
+  PhaseTile ph;
+  ph.rh = rh;
+  ph.rw = rw;
+  ph.th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
+  ph.tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
+  ph.OHp = phase_extent(p.OH, rh, p.sH);
+  ph.OWp = phase_extent(p.OW, rw, p.sW);
+  ph.tiles_w = (ph.OWp + t.tw - 1) / t.tw;
+  ph.tiles = ((ph.OHp + t.th - 1) / t.th) * ph.tiles_w;
+  ph.hrows = t.th + static_cast<int>(ph.th.count > 0 ? (ph.th.count - 1) * ph.th.off_step : 0);
+  ph.hcols = t.tw + static_cast<int>(ph.tw.count > 0 ? (ph.tw.count - 1) * ph.tw.off_step : 0);
+  ph.tile = 0;
+  ph.tap_base = 0;
+  return ph;
 }
 
-struct Geometry {  // worst case over the phases, for sizing
-  int64_t max_taps = 0, max_row_words = 0, max_plane_words = 0;
+// The launch's phases in 32-bit form (the host checks the ranges), so that a block finds its
+// phase and tile with a short search instead of 64-bit divisions.
+constexpr int kMaxPhases = 16;
+struct PhaseEntry {
+  int tiles_end;  // tiles of this phase and the ones before it
+  int tap_base;   // the phase's first tap in the prepared weight
+  int rh, rw, OHp, OWp, tiles_w, hrows, hcols;
+  int off0_h, off_step_h, count_h, off0_w, off_step_w, count_w;
+};
+struct PhaseTable {
+  int n;
+  PhaseEntry e[kMaxPhases];
 };
 
-Geometry geometry(const ConvTranspose2dParams& p, bool pairs) {
-  Geometry g;
+PhaseTable phase_table(const ConvTranspose2dParams& p, const MmaTiling& t) {
+  PhaseTable tab{};
+  int64_t tiles = 0, taps = 0;
   for (int64_t rh = 0; rh < p.sH; ++rh)
     for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
-      const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
-      const Halo h = halo_of(th, tw, pairs);
-      g.max_taps = std::max(g.max_taps, th.count * tw.count);
-      g.max_row_words = std::max(g.max_row_words, h.row_words);
-      g.max_plane_words = std::max(g.max_plane_words, h.plane_words);
+      const PhaseTile ph = phase_tile(p, t, rh, rw);
+      tiles += ph.tiles;
+      PhaseEntry& e = tab.e[tab.n++];
+      e = {static_cast<int>(tiles), static_cast<int>(taps), static_cast<int>(rh), static_cast<int>(rw),
+           static_cast<int>(ph.OHp), static_cast<int>(ph.OWp), static_cast<int>(ph.tiles_w), ph.hrows, ph.hcols,
+           static_cast<int>(ph.th.off0), static_cast<int>(ph.th.off_step), static_cast<int>(ph.th.count),
+           static_cast<int>(ph.tw.off0), static_cast<int>(ph.tw.off_step), static_cast<int>(ph.tw.count)};
+      taps += ph.th.count * ph.tw.count;
     }
-  return g;
+  return tab;
 }
 
-template <typename T>
-size_t smem_bytes(const ConvTranspose2dParams& p) {
-  const Geometry g = geometry(p, !std::is_same<T, float>::value);
-  const size_t stage = 4 * (channels_per_stage<T>() * g.max_plane_words + g.max_taps * kRowsPerStage * kLdB);
-  return std::max<size_t>(2 * stage, sizeof(float) * kBN * kLdC);
+// Whether every field of the phase table fits (checked before a tiling is accepted).
+bool phase_table_fits(const ConvTranspose2dParams& p, const MmaTiling& t) {
+  if (p.sH * p.sW > kMaxPhases) return false;
+  const int64_t lim = 0x3fffffff;
+  if (p.OH > lim || p.OW > lim || p.H > lim || p.W > lim || p.pH > lim || p.pW > lim ||
+      p.kH * p.kW > lim || p.dH * p.kH > lim || p.dW * p.kW > lim)
+    return false;
+  return conv_mma_tiles_per_sample(p, t) <= lim;
 }
 
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
-
-__device__ inline void cp_async4(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ inline void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ inline uint32_t to_tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
-  return r;
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
+// Round to TF32 (nearest, ties away: cvt.rna's rounding) with two integer ops; sm_90 expands
+// cvt.rna.tf32.f32 to five. Infinities and NaNs keep their class.
+__device__ inline uint32_t to_tf32(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
+
 template <typename T>
-__device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+__device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same<T, float>::value) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
-struct MmaPhase {
-  int64_t rh, rw, OHp, OWp, tile, tap_base;  // tap_base: the phase's first tap in the prepared weight
-  PhaseTaps th, tw;
+// Shared-memory layout of a launch (words).
+struct SmemLayout {
+  int w_stage, t_stage;  // one stage of weights / of the halo
+  int c_ld;              // epilogue tile Cs[channel][pixel] row stride
+  int valid_off;         // kTilePx bytes of pixel-valid flags for the epilogue
+  size_t bytes;
 };
 
-__device__ inline MmaPhase decode_mma_tile(int64_t t, const ConvTranspose2dParams& p) {
-  int64_t tap_base = 0;
+SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
+  int max_taps = 0, max_halo = 0;
   for (int64_t rh = 0; rh < p.sH; ++rh)
     for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
-      const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
-      const int64_t OHp = phase_extent(p.OH, rh, p.sH), OWp = phase_extent(p.OW, rw, p.sW);
-      const int64_t tiles = ((OHp + kTH - 1) / kTH) * ((OWp + kTW - 1) / kTW);
-      if (t < tiles) return {rh, rw, OHp, OWp, t, tap_base, th, tw};
-      t -= tiles;
-      tap_base += th.count * tw.count;
+      const PhaseTile ph = phase_tile(p, t, rh, rw);
+      max_taps = std::max<int>(max_taps, static_cast<int>(ph.th.count * ph.tw.count));
+      max_halo = std::max(max_halo, ph.hrows * ph.hcols);
     }
-  return {};
+  SmemLayout s;
+  s.w_stage = max_taps * t.mt * t.wm * kFragWords;
+  s.t_stage = max_halo * kHaloPitch;
+  s.c_ld = kTilePx + 8;
+  const int pipeline = 2 * (s.w_stage + s.t_stage), epilogue = 16 * t.mt * t.wm * s.c_ld;
+  s.valid_off = std::max(pipeline, epilogue);
+  s.bytes = 4 * static_cast<size_t>(s.valid_off) + kTilePx;
+  return s;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 3)
+// MT m16 tiles of output channels per warp, WM warps along the channels (so 16 * MT * WM
+// channels per block) x kPxWarps warps along the pixels.
+template <typename T, int MT, int WM>
+__global__ void __launch_bounds__(128 * WM, 2)
     conv_mma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                     const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
-                    ConvEpilogue ep, int64_t n_base, int64_t tiles_per_sample, int64_t stage_words,
-                    int64_t a_words, int64_t cin_rows, int64_t cout_pad) {
-  constexpr bool kPairs = !std::is_same<T, float>::value;  // 16-bit: two columns per word
-  constexpr int kCh = channels_per_stage<T>();
+                    ConvEpilogue ep, MmaTiling tl, SmemLayout sl, PhaseTable phases,
+                    int64_t n_base, int64_t tiles_per_sample) {
+  constexpr bool kF32 = std::is_same<T, float>::value;
+  constexpr int kCh = chunk_channels<T>();
+  constexpr int kThreads = 128 * WM, kBM16 = MT * WM, kBN = 16 * kBM16;
+  constexpr int kPxPerThread = kMaxHalo / kThreads;  // halo pixels each thread stages per chunk
+  using Raw = typename std::conditional<kF32, float, unsigned short>::type;
   extern __shared__ __align__(16) uint32_t smem[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int wm = warp;  // warp tile: rows 2wm, 2wm+1 of the 8x16 tile, all 64 channels
-  const int gq = lane / 4, tq = lane % 4;
+  const int warp_m = warp / kPxWarps, warp_n = warp % kPxWarps;
 
   const int64_t n = n_base + blockIdx.z;
   const int64_t col_tiles = (p.C_out_g + kBN - 1) / kBN;
-  const int64_t g = blockIdx.y / col_tiles, oc0 = (blockIdx.y % col_tiles) * kBN;
-  const MmaPhase ph = decode_mma_tile(blockIdx.x, p);
-  const int64_t tiles_w = (ph.OWp + kTW - 1) / kTW;
-  const int64_t j0 = (ph.tile / tiles_w) * kTH, i0 = (ph.tile % tiles_w) * kTW;
-  const Halo halo = halo_of(ph.th, ph.tw, kPairs);
-  const int64_t taps = ph.th.count * ph.tw.count;
+  const int64_t g = blockIdx.y / col_tiles, ct = blockIdx.y % col_tiles, oc0 = ct * kBN;
+  int pi = 0;
+  while (pi + 1 < phases.n && static_cast<int>(blockIdx.x) >= phases.e[pi].tiles_end) ++pi;
+  const PhaseEntry& ph = phases.e[pi];
+  const int tile = static_cast<int>(blockIdx.x) - (pi > 0 ? phases.e[pi - 1].tiles_end : 0);
+  const int j0 = (tile / ph.tiles_w) * tl.th, i0 = (tile % ph.tiles_w) * tl.tw;
+  const int cnt_h = ph.count_h, cnt_w = ph.count_w;
+  const int step_h = ph.off_step_h, step_w = ph.off_step_w;
+  const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
+  const int tile_px = tl.th * tl.tw;
 
-  // Halo origin in input coordinates; 16-bit types start at an even column so that each 4-byte
-  // copy holds two columns that are both inside or both outside the row (W is even).
-  const int64_t row0 = j0 + ph.th.off0 - (ph.th.count - 1) * ph.th.off_step;
-  const int64_t col_first = i0 + ph.tw.off0 - (ph.tw.count - 1) * ph.tw.off_step;
-  const int64_t col0 = kPairs ? col_first - (col_first & 1) : col_first;
-  const int shift = static_cast<int>(col_first - col0);
-  const int64_t HW = p.H * p.W;
-  const T* x_group = x + (n * p.C_in + g * p.C_in_g) * HW;
-  const uint32_t* w_phase = wprep + (g * p.kH * p.kW + ph.tap_base) * cin_rows * cout_pad + oc0;
-  const int64_t n_chunks = (p.C_in_g + kCh - 1) / kCh;
-
-  auto issue = [&](int64_t chunk, uint32_t* stage) {
-    // A: kCh channel planes x halo rows; one warp per row, one lane per word.
-    const int64_t ic0 = chunk * kCh;
-    // (nested loops rather than a flat index: a 64-bit division per row cost more than the MMAs)
-    const int64_t iw = col0 + (kPairs ? 2 * lane : lane);
-    const bool col_ok = lane < halo.row_words && iw >= 0 && iw < p.W;
-    if (lane < halo.row_words) {
-      for (int k = 0; k < kCh; ++k) {
-        const int64_t ic = ic0 + k;
-        const T* plane_src = x_group + ic * HW + iw;
-        uint32_t* plane_dst = stage + k * halo.plane_words + lane;
-        for (int hr = warp; hr < halo.rows; hr += kWarps) {
-          const int64_t ih = row0 + hr;
-          const bool ok = col_ok && ic < p.C_in_g && ih >= 0 && ih < p.H;
-          cp_async4(plane_dst + hr * halo.row_words, ok ? plane_src + ih * p.W : x_group, ok);
-        }
-      }
-    }
-    // B: the phase's taps x 8 weight rows x 64 channels, 16 bytes per copy.
-    uint32_t* Bs = stage + a_words;
-    const int64_t copies = taps * kRowsPerStage * (kBN / 4);
-    for (int64_t c = tid; c < copies; c += kThreads) {
-      const int64_t q = c % (kBN / 4), row = c / (kBN / 4);
-      const int64_t t = row / kRowsPerStage, r = row % kRowsPerStage;
-      cp_async16(Bs + row * kLdB + 4 * q, w_phase + (t * cin_rows + chunk * kRowsPerStage + r) * cout_pad + 4 * q);
-    }
-    cp_async_commit();
-  };
-
-  constexpr int kNT = kBN / 8;  // n8 tiles per warp
-  float acc[2][kNT][4];
+  float acc[MT][8][4];
 #pragma unroll
-  for (int a = 0; a < 2; ++a)
+  for (int a = 0; a < MT; ++a)
 #pragma unroll
-    for (int b = 0; b < kNT; ++b)
+    for (int b = 0; b < 8; ++b)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[a][b][e] = 0.f;
 
-  auto compute = [&](const uint32_t* stage) {
-    const uint32_t* As = stage;
-    const uint32_t* Bs = stage + a_words;
-    const unsigned short* Ah = reinterpret_cast<const unsigned short*>(stage);
-    // shared-memory indices are small: 32-bit math in the hot loop
-    const int cnt_h = static_cast<int>(ph.th.count), cnt_w = static_cast<int>(ph.tw.count);
-    const int step_h = static_cast<int>(ph.th.off_step), step_w = static_cast<int>(ph.tw.off_step);
-    const int row_words = static_cast<int>(halo.row_words), plane = static_cast<int>(halo.plane_words);
-    for (int t_h = 0; t_h < cnt_h; ++t_h) {
-      const int dh = (cnt_h - 1 - t_h) * step_h;
-      for (int t_w = 0; t_w < cnt_w; ++t_w) {
-        const int dw = (cnt_w - 1 - t_w) * step_w + shift;
-        const uint32_t* Bt = Bs + (t_h * cnt_w + t_w) * kRowsPerStage * kLdB;
-        uint32_t bfrag[kNT][2];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          const int col = nt * 8 + gq;
-          bfrag[nt][0] = Bt[tq * kLdB + col];
-          bfrag[nt][1] = Bt[(tq + 4) * kLdB + col];  // float32 weights are TF32-rounded already
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const int hrow = 2 * wm + mt + dh;
-          uint32_t afrag[4];
-          if constexpr (!kPairs) {
-            const uint32_t* base = As + hrow * row_words + dw + gq;
-            afrag[0] = to_tf32(__uint_as_float(base[tq * plane]));
-            afrag[1] = to_tf32(__uint_as_float(base[tq * plane + 8]));
-            afrag[2] = to_tf32(__uint_as_float(base[(tq + 4) * plane]));
-            afrag[3] = to_tf32(__uint_as_float(base[(tq + 4) * plane + 8]));
-          } else {
-            const int plane_h = 2 * plane;  // in 16-bit units
-            const unsigned short* base = Ah + hrow * 2 * row_words + dw + gq;
-            auto pack = [&](int k, int col_off) -> uint32_t {
-              const uint32_t lo = base[k * plane_h + col_off], hi = base[(k + 1) * plane_h + col_off];
-              return lo | (hi << 16);
-            };
-            afrag[0] = pack(2 * tq, 0);
-            afrag[1] = pack(2 * tq, 8);
-            afrag[2] = pack(2 * tq + 8, 0);
-            afrag[3] = pack(2 * tq + 8, 8);
-          }
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) mma<T>(acc[mt][nt], afrag, bfrag[nt]);
-        }
-      }
-    }
-  };
-
   if (taps > 0) {
-    issue(0, smem);
-    for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
-      if (chunk + 1 < n_chunks) {
-        issue(chunk + 1, smem + ((chunk + 1) & 1) * stage_words);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
+    const int64_t HW = p.H * p.W;
+    const int64_t n_chunks = (p.C_in_g + kCh - 1) / kCh;
+    const int64_t co16 = col_tiles * kBM16;  // m16 blocks per group in the prepared weight
+    const int64_t tap_stride = n_chunks * co16 * kFragWords, chunk_stride = co16 * kFragWords;
+    const uint32_t* w_block = wprep + ((g * p.kH * p.kW + ph.tap_base) * n_chunks * co16 + ct * kBM16) * kFragWords;
+    const Raw* x_group = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
+    // stage s: weights at smem + s * w_stage, halo at smem + 2 * w_stage + s * t_stage
+    auto w_stage = [&](int64_t s) { return smem + (s & 1) * sl.w_stage; };
+    auto t_stage = [&](int64_t s) { return smem + 2 * sl.w_stage + (s & 1) * sl.t_stage; };
+
+    // The halo pixels this thread stages: offset in a channel plane (the host guarantees
+    // H * W < 2^31) and index in the halo (-1: none). Pixels outside the image load a valid
+    // address and are zeroed when stored: the loads carry no branches.
+    const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
+    const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
+    int src[kPxPerThread], dst[kPxPerThread];
+    unsigned inside = 0;
+#pragma unroll
+    for (int k = 0; k < kPxPerThread; ++k) {
+      const int h = tid + k * kThreads;
+      dst[k] = h < hpx ? h : -1;
+      src[k] = 0;
+      if (h < hpx) {
+        const int hr = h / hcols, hc = h - hr * hcols;
+        const int64_t ih = row0 + hr, iw = col0 + hc;
+        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
+          src[k] = static_cast<int>(ih * p.W + iw);
+          inside |= 1u << k;
+        }
       }
-      __syncthreads();
-      compute(smem + (chunk & 1) * stage_words);
-      __syncthreads();
     }
+    Raw staged[kPxPerThread][kCh];
+    int ch_valid = 0;  // channels of the chunk in flight that exist (the rest are zero padding)
+    auto load_halo = [&](int64_t chunk) {
+      ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - chunk * kCh));
+      const Raw* plane = x_group + chunk * kCh * HW;
+#pragma unroll
+      for (int c = 0; c < kCh; ++c) {
+#pragma unroll
+        for (int k = 0; k < kPxPerThread; ++k) staged[k][c] = plane[src[k]];
+        if (c + 1 < ch_valid) plane += HW;  // past the last channel: reload it, zeroed below
+      }
+    };
+    auto store_halo = [&](uint32_t* stage) {
+#pragma unroll
+      for (int k = 0; k < kPxPerThread; ++k) {
+        if (dst[k] < 0) continue;
+        const bool in = (inside >> k) & 1u;
+        uint32_t w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          if constexpr (kF32) {
+            w[i] = in && i < ch_valid ? to_tf32(staged[k][i]) : 0u;
+          } else {
+            const uint32_t lo = in && 2 * i < ch_valid ? staged[k][2 * i] : 0u;
+            const uint32_t hi = in && 2 * i + 1 < ch_valid ? staged[k][2 * i + 1] : 0u;
+            w[i] = lo | (hi << 16);
+          }
+        }
+        uint4* d = reinterpret_cast<uint4*>(stage + dst[k] * kHaloPitch);
+        d[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      }
+    };
+    auto load_weights = [&](int64_t chunk, uint32_t* stage) {
+      const uint32_t* src_w = w_block + chunk * chunk_stride;
+      for (int c = tid; c < taps * kBM16 * 32; c += kThreads) {
+        const int tap = c / (kBM16 * 32), r = c % (kBM16 * 32);
+        cp_async16(stage + tap * kBM16 * kFragWords + 4 * r, src_w + tap * tap_stride + 4 * r);
+      }
+      cp_async_commit();
+    };
+
+    // ldmatrix rows this lane addresses: x4 load i covers n8 tiles 2i, 2i+1; lane l gives row
+    // l % 8 of matrix l / 8 = (n8 tile 2i + l / 16, channel half (l / 8) % 2).
+    uint32_t b_off[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int m = warp_n * kWarpPx + 8 * (2 * i + lane / 16) + lane % 8;
+      const int r = m / tl.tw, c = m - r * tl.tw;
+      const int h = m < tile_px ? r * hcols + c : 0;
+      b_off[i] = (h * kHaloPitch + 4 * ((lane / 8) % 2)) * 4;
+    }
+    auto compute = [&](const uint32_t* halo, const uint32_t* wts) {
+      const uint32_t halo_base = smem_addr(halo);
+      for (int t_h = 0; t_h < cnt_h; ++t_h) {
+        for (int t_w = 0; t_w < cnt_w; ++t_w) {
+          const uint32_t shift = ((cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w) * kHaloPitch * 4;
+          const uint32_t* wt = wts + ((t_h * cnt_w + t_w) * kBM16 + warp_m * MT) * kFragWords + 4 * lane;
+          uint32_t a[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const uint4 q = *reinterpret_cast<const uint4*>(wt + mt * kFragWords);
+            a[mt][0] = q.x;
+            a[mt][1] = q.y;
+            a[mt][2] = q.z;
+            a[mt][3] = q.w;
+          }
+          uint32_t b[4][4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) ldmatrix_x4(b[i], halo_base + b_off[i] + shift);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+              mma<T>(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+        }
+      }
+    };
+
+    // Two stages, one barrier per chunk: the halo of chunk c + 1 is loaded into registers while
+    // chunk c computes and stored after it; its weights travel by cp.async meanwhile.
+    load_halo(0);
+    load_weights(0, w_stage(0));
+    store_halo(t_stage(0));
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      cp_async_wait_all();
+      __syncthreads();
+      const bool more = c + 1 < n_chunks;
+      if (more) {
+        load_weights(c + 1, w_stage(c + 1));
+        load_halo(c + 1);
+      }
+      compute(t_stage(c), w_stage(c));
+      if (more) store_halo(t_stage(c + 1));
+    }
+    __syncthreads();  // the epilogue reuses the pipeline's shared memory
   }
 
-  // Accumulators -> Cs[channel][pixel], pixel m = row * 16 + column of the tile.
+  // Accumulators -> Cs[channel][pixel]; pixel-valid flags for the statistics loops.
   float* Cs = reinterpret_cast<float*>(smem);
+  const int gq = lane / 4, tq = lane % 4;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int m = (2 * wm + mt) * kTW + gq, c = nt * 8 + 2 * tq;
-      Cs[c * kLdC + m] = acc[mt][nt][0];
-      Cs[(c + 1) * kLdC + m] = acc[mt][nt][1];
-      Cs[c * kLdC + m + 8] = acc[mt][nt][2];
-      Cs[(c + 1) * kLdC + m + 8] = acc[mt][nt][3];
+    for (int nt = 0; nt < 8; ++nt) {
+      const int c = (warp_m * MT + mt) * 16 + gq, m = warp_n * kWarpPx + nt * 8 + 2 * tq;
+      Cs[c * sl.c_ld + m] = acc[mt][nt][0];
+      Cs[c * sl.c_ld + m + 1] = acc[mt][nt][1];
+      Cs[(c + 8) * sl.c_ld + m] = acc[mt][nt][2];
+      Cs[(c + 8) * sl.c_ld + m + 1] = acc[mt][nt][3];
     }
+  unsigned char* valid = reinterpret_cast<unsigned char*>(smem + sl.valid_off);
+  for (int m = tid; m < kTilePx; m += kThreads) {
+    const int r = m / tl.tw, c = m - r * tl.tw;
+    valid[m] = m < tile_px && j0 + r < ph.OHp && i0 + c < ph.OWp;
+  }
   __syncthreads();
-  const int rows_valid = static_cast<int>(ph.OHp - j0 < kTH ? ph.OHp - j0 : kTH);
-  const int cols_valid = static_cast<int>(ph.OWp - i0 < kTW ? ph.OWp - i0 : kTW);
-  conv_epilogue<T, kBN, kThreads>(
-      Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
-      [=](int m) { return m / kTW < rows_valid && m % kTW < cols_valid; },
-      [&](int m) -> TilePixel { return {ph.rh + p.sH * (j0 + m / kTW), ph.rw + p.sW * (i0 + m % kTW)}; });
+  const int tw = tl.tw;
+  conv_epilogue<T, kTilePx, kBN, kThreads>(
+      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
+      [=](int m) { return valid[m] != 0; },
+      [&](int m) -> TilePixel { return {ph.rh + p.sH * (j0 + m / tw), ph.rw + p.sW * (i0 + m % tw)}; });
 }
 
-// weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][C_in_g rows][C_out_pad], zero
-// padded; 16-bit types store input-channel pairs interleaved ([C_in_g / 2][C_out_pad][2]) so one
-// 32-bit shared load gives a B fragment register.
+// weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][chunks][m16 blocks][lane][4]:
+// each 4-word group is the A fragment a lane passes to mma (rows = output channels, columns =
+// the chunk's input channels; float32 rounded to TF32, 16-bit types as pairs), zero padded.
 template <typename T>
-__global__ void prepare_mma_weight_kernel(const T* __restrict__ w, T* __restrict__ wp,
-                                          ConvTranspose2dParams p, int64_t cin_pad, int64_t cout_pad) {
-  constexpr bool kPairs = !std::is_same<T, float>::value;
-  const int64_t taps = p.kH * p.kW, total = p.C_in * p.C_out_g * taps;
+__global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ wp,
+                                          ConvTranspose2dParams p, int64_t n_chunks, int64_t co16,
+                                          int64_t total) {
+  constexpr bool kF32 = std::is_same<T, float>::value;
+  constexpr int kCh = chunk_channels<T>();
+  using Raw = typename std::conditional<kF32, uint32_t, unsigned short>::type;
+  const Raw* wr = reinterpret_cast<const Raw*>(w);
+  const int64_t taps = p.kH * p.kW;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t tap = idx % taps, oc = (idx / taps) % p.C_out_g, ic = idx / (taps * p.C_out_g);
-    const int64_t kh = tap / p.kW, kw = tap % p.kW;
-    const int64_t g = ic / p.C_in_g, icg = ic % p.C_in_g;
-    const int64_t rh = (((kh * p.dH - p.pH) % p.sH) + p.sH) % p.sH;
-    const int64_t rw = (((kw * p.dW - p.pW) % p.sW) + p.sW) % p.sW;
-    int64_t base = 0;  // taps of the phases before (rh, rw)
-    for (int64_t a = 0; a < p.sH; ++a)
-      for (int64_t b = 0; b < p.sW; ++b) {
-        if (a == rh && b == rw) goto found;
-        base += phase_taps(a, p.pH, p.dH, p.sH, p.kH).count * phase_taps(b, p.pW, p.dW, p.sW, p.kW).count;
+    const int word = static_cast<int>(idx % 4), lane = static_cast<int>((idx / 4) % 32);
+    int64_t rest = idx / kFragWords;
+    const int64_t blk = rest % co16;
+    rest /= co16;
+    const int64_t chunk = rest % n_chunks;
+    rest /= n_chunks;
+    int64_t tap = rest % taps;
+    const int64_t grp = rest / taps;
+    // phase-ordered tap -> (kh, kw)
+    int64_t kh = 0, kw = 0;
+    for (int64_t rh = 0; rh < p.sH; ++rh)
+      for (int64_t rw = 0; rw < p.sW; ++rw) {
+        const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
+        const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
+        const int64_t cnt = th.count * tw.count;
+        if (tap >= 0 && tap < cnt) {
+          kh = th.k0 + (tap / tw.count) * th.step;
+          kw = tw.k0 + (tap % tw.count) * tw.step;
+        }
+        tap -= cnt;
       }
-  found:
-    const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
-    const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
-    const int64_t t = ((kh - th.k0) / th.step) * tw.count + (kw - tw.k0) / tw.step;
-    const int64_t tap_row = (g * taps + base + t) * cin_pad;
-    const int64_t dst = kPairs ? ((tap_row + (icg & ~int64_t(1))) * cout_pad + 2 * oc + (icg & 1))
-                               : (tap_row + icg) * cout_pad + oc;
-    if constexpr (kPairs) {
-      wp[dst] = w[idx];
-    } else {  // round to TF32 once here instead of in every block's fragments
-      wp[dst] = __uint_as_float(to_tf32(w[idx]));
-    }
+    const int64_t oc = blk * 16 + lane / 4 + 8 * (word % 2);
+    const int64_t k = kF32 ? lane % 4 + 4 * (word / 2) : 2 * (lane % 4) + 8 * (word / 2);
+    auto value = [&](int64_t kk) -> uint32_t {
+      const int64_t icg = chunk * kCh + kk;
+      if (oc >= p.C_out_g || icg >= p.C_in_g) return 0;
+      const Raw v = wr[(((grp * p.C_in_g + icg) * p.C_out_g + oc) * p.kH + kh) * p.kW + kw];
+      if constexpr (kF32) {
+        return to_tf32(__uint_as_float(v));
+      } else {
+        return v;
+      }
+    };
+    wp[idx] = kF32 ? value(k) : (value(k) | (value(k + 1) << 16));
   }
 }
 
-template <typename T>
-cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out,
-                   const ConvTranspose2dParams& p, const ConvEpilogue& ep, cudaStream_t stream) {
-  constexpr bool kPairs = !std::is_same<T, float>::value;
-  const int64_t tiles = conv_mma_tiles_per_sample(p);
-  const int64_t col_tiles = p.groups * ((p.C_out_g + kBN - 1) / kBN);
+template <typename T, int MT, int WM>
+cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* out,
+                      const ConvTranspose2dParams& p, const MmaTiling& t, const ConvEpilogue& ep,
+                      cudaStream_t stream) {
+  const int64_t tiles = conv_mma_tiles_per_sample(p, t);
+  const int64_t col_tiles = p.groups * ((p.C_out_g + 16 * MT * WM - 1) / (16 * MT * WM));
   if (tiles == 0 || p.N == 0) return cudaSuccess;
   if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
-  const Geometry geo = geometry(p, kPairs);
-  const int64_t a_words = channels_per_stage<T>() * geo.max_plane_words;
-  const int64_t stage_words = a_words + geo.max_taps * kRowsPerStage * kLdB;
-  const size_t smem = smem_bytes<T>(p);
-  cudaError_t err = cudaFuncSetAttribute(conv_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const SmemLayout sl = smem_layout(p, t);
+  cudaError_t err = cudaFuncSetAttribute(conv_mma_kernel<T, MT, WM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(sl.bytes));
   if (err != cudaSuccess) return err;
-  const int64_t cin_pad = round_up(p.C_in_g, channels_per_stage<T>());
-  const int64_t cin_rows = kPairs ? cin_pad / 2 : cin_pad;  // 32-bit rows per tap
-  const int64_t cout_pad_words = round_up(p.C_out_g, kBN);
   for (int64_t n0 = 0; n0 < p.N; n0 += 65535) {
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
                     static_cast<unsigned>(std::min<int64_t>(65535, p.N - n0)));
-    conv_mma_kernel<T><<<grid, kThreads, smem, stream>>>(
+    conv_mma_kernel<T, MT, WM><<<grid, 128 * WM, sl.bytes, stream>>>(
         static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
-        static_cast<T*>(out), p, ep, n0, tiles, stage_words, a_words, cin_rows, cout_pad_words);
+        static_cast<T*>(out), p, ep, t, sl, phase_table(p, t), n0, tiles);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
-}  // namespace
-
-bool conv_mma_supported(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
-  if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return false;
-  const bool pairs = dtype != DType::F32;
-  if (pairs && p.W % 2 != 0) return false;  // 4-byte halo copies hold two columns of one row
-  const Geometry g = geometry(p, pairs);
-  if (g.max_row_words > 32) return false;  // one warp lane per halo word
-  return (pairs ? smem_bytes<__half>(p) : smem_bytes<float>(p)) <= kMaxSmem;
+template <typename T>
+cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out,
+                   const ConvTranspose2dParams& p, const MmaTiling& t, const ConvEpilogue& ep,
+                   cudaStream_t stream) {
+  switch (t.mt * 10 + t.wm) {
+    case 11: return launch_mt<T, 1, 1>(x, wprep, bias, out, p, t, ep, stream);
+    case 21: return launch_mt<T, 2, 1>(x, wprep, bias, out, p, t, ep, stream);
+    case 41: return launch_mt<T, 4, 1>(x, wprep, bias, out, p, t, ep, stream);
+    case 22: return launch_mt<T, 2, 2>(x, wprep, bias, out, p, t, ep, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
-int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p) {
+}  // namespace
+
+MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
+  if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
+  const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
+  if (OHmax == 0 || OWmax == 0 || p.C_out_g == 0) return {1, 1, 1, 1};  // nothing to compute
+  if (p.H * p.W > 0x7fffffff) return {};  // halo offsets within a channel plane are 32-bit
+  // Cost model, per chunk of input channels and block (warp instructions): the mainloop's
+  // per-tap fragment loads and MMAs, plus the halo staging (~1 per halo pixel); a tiling
+  // that leaves one block per SM pays for the lost overlap.
+  MmaTiling best;
+  double best_cost = 0;
+  const char* force_wm = std::getenv("MYOPS_MMA_WM");  // tuning aid: 2 forces the 8-warp shape
+  const int shapes[4][2] = {{1, 1}, {2, 1}, {4, 1}, {2, 2}};  // (mt, wm)
+  for (const auto& shape : shapes) {
+    const int mt = shape[0], wm = shape[1], m16 = mt * wm;
+    if (m16 > 1 && 8 * m16 >= p.C_out_g) continue;  // a smaller block already covers C_out / groups
+    if (force_wm && (force_wm[0] == '2') != (wm == 2) && m16 == 4) continue;
+    const int64_t col_tiles = p.groups * ceil_div(p.C_out_g, 16 * m16);
+    int64_t last_tw = -1;
+    for (int64_t s = 1; s <= 64; ++s) {
+      const int64_t tw = ceil_div(OWmax, s);
+      if (tw == last_tw || tw > kTilePx) continue;
+      last_tw = tw;
+      const int64_t th = std::min<int64_t>(kTilePx / tw, OHmax);
+      const MmaTiling cand{mt, wm, static_cast<int>(th), static_cast<int>(tw)};
+      double cost = 0;
+      bool fits = true;
+      for (int64_t rh = 0; rh < p.sH; ++rh)
+        for (int64_t rw = 0; rw < p.sW; ++rw) {
+          const PhaseTile ph = phase_tile(p, cand, rh, rw);
+          const int64_t taps = ph.th.count * ph.tw.count;
+          if (taps > 0 && ph.hrows * ph.hcols > kMaxHalo) fits = false;
+          cost += static_cast<double>(ph.tiles) * (taps * (8 + 11 * mt) * kPxWarps * wm + (taps > 0 ? ph.hrows * ph.hcols : 0));
+        }
+      const size_t smem = smem_layout(p, cand).bytes;
+      if (!fits || smem > kMaxSmem || !phase_table_fits(p, cand)) continue;
+      cost *= static_cast<double>(col_tiles) * (smem > kTwoBlocksSmem ? 1.5 : 1.0) * (tw % 8 == 0 ? 1.0 : 1.05);
+      if (best.mt == 0 || cost < best_cost) {
+        best = cand;
+        best_cost = cost;
+      }
+      if (tw <= 8) break;
+    }
+  }
+  return best;
+}
+
+int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p, const MmaTiling& t) {
   int64_t tiles = 0;
   for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw)
-      tiles += ((phase_extent(p.OH, rh, p.sH) + kTH - 1) / kTH) * ((phase_extent(p.OW, rw, p.sW) + kTW - 1) / kTW);
+    for (int64_t rw = 0; rw < p.sW; ++rw) tiles += phase_tile(p, t, rh, rw).tiles;
   return tiles;
 }
 
-int64_t conv_mma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype) {
-  const int64_t ch = dtype == DType::F32 ? 8 : 16;
-  const int64_t cout = dtype == DType::F32 ? round_up(p.C_out_g, kBN) : 2 * round_up(p.C_out_g, kBN);
-  const int64_t rows = dtype == DType::F32 ? round_up(p.C_in_g, ch) : round_up(p.C_in_g, ch) / 2;
-  return p.groups * p.kH * p.kW * rows * cout;
+// In elements of the input dtype (the buffer is allocated with the weight's dtype).
+int64_t conv_mma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype, const MmaTiling& t) {
+  const int64_t ch = chunk_channels(dtype);
+  const int64_t co16 = ceil_div(p.C_out_g, 16 * t.mt * t.wm) * t.mt * t.wm;
+  const int64_t words = p.groups * p.kH * p.kW * ceil_div(p.C_in_g, ch) * co16 * kFragWords;
+  return dtype == DType::F32 ? words : 2 * words;
 }
 
 cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dtype,
-                                    const ConvTranspose2dParams& p, cudaStream_t stream) {
-  const int64_t numel = conv_mma_prepared_weight_numel(p, dtype);
-  const size_t elem = dtype == DType::F32 ? 4 : 2;
-  cudaError_t err = cudaMemsetAsync(prepared, 0, numel * elem, stream);
-  if (err != cudaSuccess) return err;
-  const int64_t total = p.C_in * p.C_out_g * p.kH * p.kW;
+                                    const ConvTranspose2dParams& p, const MmaTiling& t,
+                                    cudaStream_t stream) {
+  const int64_t n_chunks = ceil_div(p.C_in_g, chunk_channels(dtype));
+  const int64_t co16 = ceil_div(p.C_out_g, 16 * t.mt * t.wm) * t.mt * t.wm;
+  const int64_t total = p.groups * p.kH * p.kW * n_chunks * co16 * kFragWords;
+  if (total == 0) return cudaSuccess;
   const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
-  const int64_t ch = dtype == DType::F32 ? 8 : 16;
-  const int64_t cin_pad = round_up(p.C_in_g, ch), cout_pad = round_up(p.C_out_g, kBN);
+  uint32_t* wp = static_cast<uint32_t*>(prepared);
   switch (dtype) {
-    case DType::F32: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float*>(weight), static_cast<float*>(prepared), p, cin_pad, cout_pad); break;
-    case DType::F16: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __half*>(weight), static_cast<__half*>(prepared), p, cin_pad, cout_pad); break;
-    case DType::BF16: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(weight), static_cast<__nv_bfloat16*>(prepared), p, cin_pad, cout_pad); break;
+    case DType::F32: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float*>(weight), wp, p, n_chunks, co16, total); break;
+    case DType::F16: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __half*>(weight), wp, p, n_chunks, co16, total); break;
+    case DType::BF16: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(weight), wp, p, n_chunks, co16, total); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
 
 cudaError_t conv_mma_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
-                             DType dtype, const ConvTranspose2dParams& p, const ConvEpilogue& ep,
-                             cudaStream_t stream) {
+                             DType dtype, const ConvTranspose2dParams& p, const MmaTiling& t,
+                             const ConvEpilogue& ep, cudaStream_t stream) {
   switch (dtype) {
-    case DType::F32: return launch<float>(x, prepared_weight, bias, out, p, ep, stream);
-    case DType::F16: return launch<__half>(x, prepared_weight, bias, out, p, ep, stream);
-    case DType::BF16: return launch<__nv_bfloat16>(x, prepared_weight, bias, out, p, ep, stream);
+    case DType::F32: return launch<float>(x, prepared_weight, bias, out, p, t, ep, stream);
+    case DType::F16: return launch<__half>(x, prepared_weight, bias, out, p, t, ep, stream);
+    case DType::BF16: return launch<__nv_bfloat16>(x, prepared_weight, bias, out, p, t, ep, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,23 +1,35 @@
 #pragma once
-// The tensor-core conv_transpose2d kernel (mma.sync TF32 / bf16 / fp16): each block computes an
-// 8 x 16 tile of one phase's output grid for 64 output channels. Per chunk of input channels it
-// stages the input halo the tile's taps read and the phase's weights in shared memory
-// (cp.async, two stages), then runs every tap of the phase out of shared memory.
+// The tensor-core conv_transpose2d kernel (mma.sync TF32 / bf16 / fp16). GEMM per phase with the
+// weights as the M operand (output channels) and the phase's output pixels as N:
+//  - a block owns a TH x TW tile of one phase grid (at most 256 pixels, 4 warps x 64) and
+//    16 * mt output channels of one group;
+//  - per chunk of input channels (8 fp32 / 16 bf16 = 32 bytes per pixel) the input halo of the
+//    tile's taps goes to shared memory channels-innermost, so every tap reads its B fragments
+//    with ldmatrix whatever its shift; the weights are prepared once in fragment order (one
+//    16-byte shared load per A fragment) and copied with cp.async; two stages.
 #include "cuda/launch.cuh"
-#include "cuda/conv_transpose2d.cuh"
 
 namespace myops {
 namespace cuda {
 
-// Whether the mma kernel handles this call (tensor-core dtype / math, halo and weights fit).
-bool conv_mma_supported(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math);
-int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p);
-int64_t conv_mma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
+// Tile shape of the mma kernel, chosen on the host from the call's shape (mt == 0: the kernel
+// does not take the call).
+struct MmaTiling {
+  int mt = 0;          // m16 tiles of output channels per warp
+  int wm = 1;          // warps along the output channels: the block covers 16 * mt * wm of them
+  int th = 0, tw = 0;  // output tile of a phase grid: th rows x tw columns, th * tw <= 256
+};
+
+MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math);
+int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p, const MmaTiling& t);
+int64_t conv_mma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype, const MmaTiling& t);
 cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dtype,
-                                    const ConvTranspose2dParams& p, cudaStream_t stream);
+                                    const ConvTranspose2dParams& p, const MmaTiling& t,
+                                    cudaStream_t stream);
+struct ConvEpilogue;
 cudaError_t conv_mma_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
-                             DType dtype, const ConvTranspose2dParams& p, const ConvEpilogue& ep,
-                             cudaStream_t stream);
+                             DType dtype, const ConvTranspose2dParams& p, const MmaTiling& t,
+                             const ConvEpilogue& ep, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace myops
