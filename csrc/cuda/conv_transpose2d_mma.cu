@@ -134,7 +134,6 @@ __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
 struct SmemLayout {
   int w_stage, t_stage;  // one stage of weights / of the halo
   int c_ld;              // epilogue tile Cs[channel][pixel] row stride
-  int valid_off;         // kTilePx bytes of pixel-valid flags for the epilogue
   size_t bytes;
 };
 
@@ -151,8 +150,7 @@ SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
   s.t_stage = max_halo * kHaloPitch;
   s.c_ld = kTilePx + 8;
   const int pipeline = 2 * (s.w_stage + s.t_stage), epilogue = 16 * t.mt * t.wm * s.c_ld;
-  s.valid_off = std::max(pipeline, epilogue);
-  s.bytes = 4 * static_cast<size_t>(s.valid_off) + kTilePx;
+  s.bytes = 4 * static_cast<size_t>(std::max(pipeline, epilogue));
   return s;
 }
 
@@ -230,12 +228,13 @@ __global__ void __launch_bounds__(128 * WM, 2)
     int ch_valid = 0;  // channels of the chunk in flight that exist (the rest are zero padding)
     auto load_halo = [&](int64_t chunk) {
       ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - chunk * kCh));
-      const Raw* plane = x_group + chunk * kCh * HW;
+      const Raw* first = x_group + chunk * kCh * HW;
 #pragma unroll
       for (int c = 0; c < kCh; ++c) {
+        // past the last channel: reload it (zeroed when stored); 32-bit: the host checks kCh * HW
+        const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
 #pragma unroll
-        for (int k = 0; k < kPxPerThread; ++k) staged[k][c] = plane[src[k]];
-        if (c + 1 < ch_valid) plane += HW;  // past the last channel: reload it, zeroed below
+        for (int k = 0; k < kPxPerThread; ++k) staged[k][c] = first[plane + src[k]];
       }
     };
     auto store_halo = [&](uint32_t* stage) {
@@ -260,11 +259,15 @@ __global__ void __launch_bounds__(128 * WM, 2)
       }
     };
     auto load_weights = [&](int64_t chunk, uint32_t* stage) {
-      const uint32_t* src_w = w_block + chunk * chunk_stride;
-      for (int c = tid; c < taps * kBM16 * 32; c += kThreads) {
-        const int tap = c / (kBM16 * 32), r = c % (kBM16 * 32);
-        cp_async16(stage + tap * kBM16 * kFragWords + 4 * r, src_w + tap * tap_stride + 4 * r);
-      }
+      // kBM16 * 32 16-byte pieces per tap; thread tid copies piece tid % that of every
+      // (kThreads / that)-th tap, walking the taps with pointer steps.
+      constexpr int kPieces = kBM16 * 32, kTapStep = kThreads / kPieces;
+      static_assert(kThreads % kPieces == 0, "weight copy layout");
+      const int piece = tid % kPieces;
+      const uint32_t* src_w = w_block + chunk * chunk_stride + 4 * piece;
+      uint32_t* dst_w = stage + 4 * piece;
+      for (int tap = tid / kPieces; tap < taps; tap += kTapStep)
+        cp_async16(dst_w + tap * kBM16 * kFragWords, src_w + tap * tap_stride);
       cp_async_commit();
     };
 
@@ -278,30 +281,39 @@ __global__ void __launch_bounds__(128 * WM, 2)
       const int h = m < tile_px ? r * hcols + c : 0;
       b_off[i] = (h * kHaloPitch + 4 * ((lane / 8) % 2)) * 4;
     }
+    // Taps in prepared order (t_h major); the halo shift of tap (t_h, t_w) is
+    // ((cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w) pixels, stepped here.
+    const int shift_first = ((cnt_h - 1) * step_h * hcols + (cnt_w - 1) * step_w) * kHaloPitch * 4;
+    const int shift_w = step_w * kHaloPitch * 4, shift_h = (step_h * hcols - cnt_w * step_w) * kHaloPitch * 4;
     auto compute = [&](const uint32_t* halo, const uint32_t* wts) {
-      const uint32_t halo_base = smem_addr(halo);
-      for (int t_h = 0; t_h < cnt_h; ++t_h) {
-        for (int t_w = 0; t_w < cnt_w; ++t_w) {
-          const uint32_t shift = ((cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w) * kHaloPitch * 4;
-          const uint32_t* wt = wts + ((t_h * cnt_w + t_w) * kBM16 + warp_m * MT) * kFragWords + 4 * lane;
-          uint32_t a[MT][4];
+      const uint32_t* wt = wts + warp_m * MT * kFragWords + 4 * lane;
+      uint32_t b_addr[4];
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            const uint4 q = *reinterpret_cast<const uint4*>(wt + mt * kFragWords);
-            a[mt][0] = q.x;
-            a[mt][1] = q.y;
-            a[mt][2] = q.z;
-            a[mt][3] = q.w;
-          }
-          uint32_t b[4][4];
+      for (int i = 0; i < 4; ++i) b_addr[i] = smem_addr(halo) + b_off[i] + shift_first;
+      int t_w = 0;
+      for (int t = 0; t < taps; ++t) {
+        uint32_t a[MT][4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) ldmatrix_x4(b[i], halo_base + b_off[i] + shift);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-              mma<T>(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint4 q = *reinterpret_cast<const uint4*>(wt + mt * kFragWords);
+          a[mt][0] = q.x;
+          a[mt][1] = q.y;
+          a[mt][2] = q.z;
+          a[mt][3] = q.w;
         }
+        uint32_t b[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ldmatrix_x4(b[i], b_addr[i]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            mma<T>(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+        wt += kBM16 * kFragWords;
+        const int step = ++t_w == cnt_w ? shift_h + shift_w : shift_w;  // next row of taps: -shift_h
+        if (t_w == cnt_w) t_w = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b_addr[i] -= step;
       }
     };
 
@@ -324,7 +336,7 @@ __global__ void __launch_bounds__(128 * WM, 2)
     __syncthreads();  // the epilogue reuses the pipeline's shared memory
   }
 
-  // Accumulators -> Cs[channel][pixel]; pixel-valid flags for the statistics loops.
+  // Accumulators -> Cs[channel][pixel] (the epilogue synchronises before reading it).
   float* Cs = reinterpret_cast<float*>(smem);
   const int gq = lane / 4, tq = lane % 4;
 #pragma unroll
@@ -332,22 +344,16 @@ __global__ void __launch_bounds__(128 * WM, 2)
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int c = (warp_m * MT + mt) * 16 + gq, m = warp_n * kWarpPx + nt * 8 + 2 * tq;
-      Cs[c * sl.c_ld + m] = acc[mt][nt][0];
-      Cs[c * sl.c_ld + m + 1] = acc[mt][nt][1];
-      Cs[(c + 8) * sl.c_ld + m] = acc[mt][nt][2];
-      Cs[(c + 8) * sl.c_ld + m + 1] = acc[mt][nt][3];
+      *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
     }
-  unsigned char* valid = reinterpret_cast<unsigned char*>(smem + sl.valid_off);
-  for (int m = tid; m < kTilePx; m += kThreads) {
-    const int r = m / tl.tw, c = m - r * tl.tw;
-    valid[m] = m < tile_px && j0 + r < ph.OHp && i0 + c < ph.OWp;
-  }
-  __syncthreads();
   const int tw = tl.tw;
   conv_epilogue<T, kTilePx, kBN, kThreads>(
-      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
-      [=](int m) { return valid[m] != 0; },
-      [&](int m) -> TilePixel { return {ph.rh + p.sH * (j0 + m / tw), ph.rw + p.sW * (i0 + m % tw)}; });
+      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, [&](int m) -> int64_t {
+        const int r = m / tw, c = m - r * tw;
+        if (m >= tile_px || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
+        return (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw + p.sW * int64_t(i0 + c);
+      });
 }
 
 // weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][chunks][m16 blocks][lane][4]:
@@ -444,7 +450,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
   if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
   const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
   if (OHmax == 0 || OWmax == 0 || p.C_out_g == 0) return {1, 1, 1, 1};  // nothing to compute
-  if (p.H * p.W > 0x7fffffff) return {};  // halo offsets within a channel plane are 32-bit
+  if (16 * p.H * p.W > 0x7fffffff) return {};  // halo offsets over a chunk's planes are 32-bit
   // Cost model, per chunk of input channels and block (warp instructions): the mainloop's
   // per-tap fragment loads and MMAs, plus the halo staging (~1 per halo pixel); a tiling
   // that leaves one block per SM pays for the lost overlap.
