@@ -2,7 +2,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/conv_common.cuh"
@@ -435,13 +434,15 @@ template <typename T>
 cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out,
                    const ConvTranspose2dParams& p, const MmaTiling& t, const ConvEpilogue& ep,
                    cudaStream_t stream) {
+  constexpr bool kF32 = std::is_same<T, float>::value;
   switch (t.mt * 10 + t.wm) {
     case 11: return launch_mt<T, 1, 1>(x, wprep, bias, out, p, t, ep, stream);
     case 21: return launch_mt<T, 2, 1>(x, wprep, bias, out, p, t, ep, stream);
-    case 41: return launch_mt<T, 4, 1>(x, wprep, bias, out, p, t, ep, stream);
-    case 22: return launch_mt<T, 2, 2>(x, wprep, bias, out, p, t, ep, stream);
-    default: return cudaErrorInvalidValue;
+    case 41: if constexpr (!kF32) return launch_mt<T, 4, 1>(x, wprep, bias, out, p, t, ep, stream); break;
+    case 22: if constexpr (kF32) return launch_mt<T, 2, 2>(x, wprep, bias, out, p, t, ep, stream); break;
+    default: break;
   }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -456,12 +457,13 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
   // that leaves one block per SM pays for the lost overlap.
   MmaTiling best;
   double best_cost = 0;
-  const char* force_wm = std::getenv("MYOPS_MMA_WM");  // tuning aid: 2 forces the 8-warp shape
-  const int shapes[4][2] = {{1, 1}, {2, 1}, {4, 1}, {2, 2}};  // (mt, wm)
+  // Block shapes (mt, wm) by output channels: 16, 32, 64. For 64, float32 measured faster with
+  // 8 warps of 32 channels (more warps to hide latency), 16-bit types with 4 warps of 64
+  // (the 8-warp build spills there).
+  const int shapes[3][2] = {{1, 1}, {2, 1}, {dtype == DType::F32 ? 2 : 4, dtype == DType::F32 ? 2 : 1}};
   for (const auto& shape : shapes) {
     const int mt = shape[0], wm = shape[1], m16 = mt * wm;
     if (m16 > 1 && 8 * m16 >= p.C_out_g) continue;  // a smaller block already covers C_out / groups
-    if (force_wm && (force_wm[0] == '2') != (wm == 2) && m16 == 4) continue;
     const int64_t col_tiles = p.groups * ceil_div(p.C_out_g, 16 * m16);
     int64_t last_tw = -1;
     for (int64_t s = 1; s <= 64; ++s) {

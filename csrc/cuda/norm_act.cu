@@ -79,14 +79,37 @@ __global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel,
                                    double* __restrict__ mean, double* __restrict__ rstd) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   using Tr = DTypeTraits<T>;
+  constexpr int kVec = DTypeTraits<T>::kVec, kUnroll = 4;
   const T* xg = x + blockIdx.x * group_numel;
   const acc_t shift = Tr::to_acc(xg[0]);
   acc_t s = 0, ss = 0;
-  for (int64_t i = threadIdx.x; i < group_numel; i += kThreads) {
-    const acc_t d = Tr::to_acc(xg[i]) - shift;
+  auto add = [&](T v) {
+    const acc_t d = Tr::to_acc(v) - shift;
     s += d;
     ss += d * d;
+  };
+  // scalar head up to a 16-byte boundary, then kUnroll vectors in flight per thread, scalar tail
+  const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(xg) % 16) / static_cast<int64_t>(sizeof(T));
+  const int64_t head = min(group_numel, mis == 0 ? int64_t(0) : kVec - mis);
+  const int64_t n_vec = (group_numel - head) / kVec;
+  const Vec<T, kVec>* xv = reinterpret_cast<const Vec<T, kVec>*>(xg + head);
+  if (threadIdx.x < head) add(xg[threadIdx.x]);
+  int64_t i = threadIdx.x;
+  for (; i + (kUnroll - 1) * kThreads < n_vec; i += kUnroll * kThreads) {
+    Vec<T, kVec> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = xv[i + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) add(v[u].v[k]);
   }
+  for (; i < n_vec; i += kThreads) {
+    const Vec<T, kVec> v = xv[i];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) add(v.v[k]);
+  }
+  for (int64_t e = head + n_vec * kVec + threadIdx.x; e < group_numel; e += kThreads) add(xg[e]);
   double v[2] = {static_cast<double>(s), static_cast<double>(ss)};
   block_sum(v);
   if (threadIdx.x == 0) {
@@ -148,17 +171,40 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
   const acc_t shift = beta ? Tr::to_acc(beta[c]) : acc_t(0);
   const T* xp = x + plane * HW;
   T* yp = y + plane * HW;
+  auto norm = [&](T v) { return Tr::from_acc((Tr::to_acc(v) - mu) * scale + shift); };
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t t0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  const int64_t n_vec = vec_ok ? HW / kVec : 0;
-  for (int64_t i = t0; i < n_vec; i += stride) {
-    Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(xp)[i];
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v.v[k] = Tr::from_acc((Tr::to_acc(v.v[k]) - mu) * scale + shift);
-    reinterpret_cast<Vec<T, kVec>*>(yp)[i] = v;
+  // Planes need not start on a 16-byte boundary (HW % kVec != 0): scalar head up to the first
+  // aligned element, 16-byte vectors, scalar tail. x and y share their misalignment (checked).
+  int64_t head = 0, n_vec = 0;
+  if (vec_ok) {
+    const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(xp) % 16) / static_cast<int64_t>(sizeof(T));
+    head = min(HW, mis == 0 ? int64_t(0) : kVec - mis);
+    n_vec = (HW - head) / kVec;
   }
-  for (int64_t i = n_vec * kVec + t0; i < HW; i += stride)
-    yp[i] = Tr::from_acc((Tr::to_acc(xp[i]) - mu) * scale + shift);
+  const Vec<T, kVec>* xv = reinterpret_cast<const Vec<T, kVec>*>(xp + head);
+  Vec<T, kVec>* yv = reinterpret_cast<Vec<T, kVec>*>(yp + head);
+  constexpr int kUnroll = 4;  // vectors in flight per thread
+  int64_t i = t0;
+  for (; i + (kUnroll - 1) * stride < n_vec; i += kUnroll * stride) {
+    Vec<T, kVec> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = xv[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[u].v[k] = norm(v[u].v[k]);
+      yv[i + u * stride] = v[u];
+    }
+  }
+  for (; i < n_vec; i += stride) {
+    Vec<T, kVec> v = xv[i];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v.v[k] = norm(v.v[k]);
+    yv[i] = v;
+  }
+  if (t0 < head) yp[t0] = norm(xp[t0]);
+  for (int64_t e = head + n_vec * kVec + t0; e < HW; e += stride) yp[e] = norm(xp[e]);
 }
 
 template <typename T>
@@ -167,10 +213,11 @@ cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t H
                          const void* beta, cudaStream_t s) {
   constexpr int kVec = DTypeTraits<T>::kVec;
   if (N * C * HW == 0) return cudaSuccess;
-  // whole vectors per plane need HW % kVec == 0 (each plane then starts aligned too)
-  const bool vec_ok = aligned16<T>(x) && aligned16<T>(y) && HW % kVec == 0;
-  const int64_t per_plane = (vec_ok ? HW / kVec : HW);
-  const int64_t bx = std::min<int64_t>((per_plane + kThreads - 1) / kThreads, 64);
+  // vectors need x and y equally placed modulo 16 bytes (each plane then peels the same head)
+  const bool vec_ok = (reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(y)) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(x) % sizeof(T) == 0;
+  const int64_t per_plane = std::max<int64_t>(vec_ok ? HW / kVec : HW, 1);
+  const int64_t bx = std::min<int64_t>((per_plane + 4 * kThreads - 1) / (4 * kThreads), 64);
   for (int64_t p0 = 0; p0 < N * C; p0 += 65535) {  // grid.y limit
     const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(std::min<int64_t>(N * C - p0, 65535)));
     group_norm_apply_kernel<T><<<grid, kThreads, 0, s>>>(
