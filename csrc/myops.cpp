@@ -27,4 +27,18 @@ TORCH_LIBRARY(myops, m) {
       "SymInt[2] dilation, str approximate, int num_groups, Tensor? gn_weight, Tensor? gn_bias, "
       "float eps) -> Tensor",
       tags);
+  // The L2_11 chain conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm, as two
+  // functional ops: the conv with its per-channel batch statistics (mean, biased variance), and
+  // the rest given the statistics to normalise with; running buffers are updated outside.
+  m.def(
+      "conv_transpose2d_channel_stats(Tensor input, Tensor weight, Tensor? bias, "
+      "SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, "
+      "SymInt[2] dilation) -> (Tensor, Tensor, Tensor)",
+      tags);
+  m.def(
+      "batch_norm_tanh_max_pool2d_group_norm(Tensor input, Tensor mean, Tensor var, "
+      "Tensor? bn_weight, Tensor? bn_bias, float bn_eps, int[2] kernel_size, int[2] pool_stride, "
+      "int[2] pool_padding, int[2] pool_dilation, int num_groups, Tensor? gn_weight, "
+      "Tensor? gn_bias, float gn_eps) -> Tensor",
+      tags);
 }

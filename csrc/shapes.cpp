@@ -141,6 +141,44 @@ void check_group_norm(const char* op, const at::Tensor& input, int64_t num_group
                             bias_name);
 }
 
+Pool2dParams check_max_pool2d(const char* op, int64_t H, int64_t W, at::IntArrayRef kernel_size,
+                              at::IntArrayRef stride, at::IntArrayRef padding,
+                              at::IntArrayRef dilation) {
+  check_pair(op, "kernel_size", kernel_size);
+  check_pair(op, "pool_stride", stride);
+  check_pair(op, "pool_padding", padding);
+  check_pair(op, "pool_dilation", dilation);
+  Pool2dParams q;
+  q.kH = kernel_size[0], q.kW = kernel_size[1], q.sH = stride[0], q.sW = stride[1];
+  q.pH = padding[0], q.pW = padding[1], q.dH = dilation[0], q.dW = dilation[1];
+  q.H = H, q.W = W;
+  MYOPS_CHECK_ARG(q.kH > 0 && q.kW > 0, op, "kernel_size", "must be positive, got ", kernel_size);
+  MYOPS_CHECK_ARG(q.sH > 0 && q.sW > 0, op, "pool_stride", "must be positive, got ", stride);
+  MYOPS_CHECK_ARG(q.dH > 0 && q.dW > 0, op, "pool_dilation", "must be positive, got ", dilation);
+  MYOPS_CHECK_ARG(q.pH >= 0 && q.pW >= 0 && 2 * q.pH <= q.kH && 2 * q.pW <= q.kW, op, "pool_padding",
+                  "must be non-negative and at most half of kernel_size ", kernel_size, ", got ", padding);
+  q.PH = (H + 2 * q.pH - q.dH * (q.kH - 1) - 1) / q.sH + 1;
+  q.PW = (W + 2 * q.pW - q.dW * (q.kW - 1) - 1) / q.sW + 1;
+  MYOPS_CHECK_ARG(H + 2 * q.pH - q.dH * (q.kH - 1) - 1 >= 0 && W + 2 * q.pW - q.dW * (q.kW - 1) - 1 >= 0,
+                  op, "kernel_size", "(dilated) is larger than the padded input of ", H, "x", W);
+  return q;
+}
+
+void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t channels,
+                            const at::Tensor& mean, const at::Tensor& var,
+                            const std::optional<at::Tensor>& weight,
+                            const std::optional<at::Tensor>& bias) {
+  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{mean, "mean"}, {var, "var"}}) {
+    check_floating(op, name, t);
+    MYOPS_CHECK_ARG(t.device() == input.device(), op, name, "is on ", t.device(),
+                    " but 'input' is on ", input.device());
+    MYOPS_CHECK_ARG(t.dim() == 1 && t.size(0) == channels, op, name, "must be a 1-D tensor of ",
+                    channels, " elements (one per channel), got shape ", t.sizes());
+  }
+  if (weight.has_value()) check_vector(op, "bn_weight", *weight, input, channels, "one per channel");
+  if (bias.has_value()) check_vector(op, "bn_bias", *bias, input, channels, "one per channel");
+}
+
 at::MemoryFormat output_memory_format(const at::Tensor& input) {
   if (input.dim() == 4 && !input.is_contiguous() &&
       input.is_contiguous(at::MemoryFormat::ChannelsLast)) {

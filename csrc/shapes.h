@@ -76,6 +76,20 @@ void check_group_norm_channels(const char* op, const at::Tensor& reference, int6
                                const std::optional<at::Tensor>& bias, const char* weight_name,
                                const char* bias_name);
 
+// max_pool2d over an [N, C, H, W] tensor (ceil_mode false): kernel_size, stride, padding,
+// dilation are pairs, padding at most half the kernel (as PyTorch requires).
+Pool2dParams check_max_pool2d(const char* op, int64_t H, int64_t W, at::IntArrayRef kernel_size,
+                              at::IntArrayRef stride, at::IntArrayRef padding,
+                              at::IntArrayRef dilation);
+
+// Per-channel statistics given to a batch-norm op: mean / var 1-D floating tensors of `channels`
+// elements on the input's device (any floating dtype: batch statistics come as float32, running
+// buffers in the module's dtype); the affine weight / bias like the input.
+void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t channels,
+                            const at::Tensor& mean, const at::Tensor& var,
+                            const std::optional<at::Tensor>& weight,
+                            const std::optional<at::Tensor>& bias);
+
 // Floating dtypes the kernels implement.
 void check_floating(const char* op, const char* arg, const at::Tensor& t);
 

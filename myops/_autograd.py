@@ -117,3 +117,93 @@ def _fused_backward(ctx, grad):
 
 torch.library.register_autograd(
     "myops::conv_transpose2d_gelu_group_norm", _fused_backward, setup_context=_fused_setup)
+
+
+# --- conv_transpose2d_channel_stats -----------------------------------------------------------
+# out, mean = E[out], var = E[(out - mean)^2] over (N, H, W): the statistics' gradients fold into
+# the conv output's gradient: g_out + g_mean / M + g_var * 2 (out - mean) / M.
+def _channel_stats_setup(ctx, inputs, output):
+    input, weight, bias, stride, padding, output_padding, groups, dilation = inputs
+    out, mean, _ = output
+    ctx.save_for_backward(input, weight, out, mean)
+    ctx.conv_args = (stride, padding, output_padding, groups, dilation)
+    ctx.bias_len = None if bias is None else bias.shape[0]
+
+
+def _channel_stats_backward(ctx, g_out, g_mean, g_var):
+    input, weight, out, mean = ctx.saved_tensors
+    count = out.numel() // max(out.shape[1], 1)
+    g = torch.zeros_like(out, dtype=mean.dtype) if g_out is None else g_out.to(mean.dtype)
+    if g_mean is not None:
+        g = g + g_mean.view(1, -1, 1, 1) / count
+    if g_var is not None:
+        g = g + g_var.view(1, -1, 1, 1) * (2.0 / count) * (out.to(mean.dtype) - mean.view(1, -1, 1, 1))
+    gi, gw, gb = _conv_grads(g.to(out.dtype), input, weight, ctx.bias_len, ctx.conv_args,
+                             ctx.needs_input_grad[:3])
+    return gi, gw, gb, None, None, None, None, None
+
+
+torch.library.register_autograd(
+    "myops::conv_transpose2d_channel_stats", _channel_stats_backward, setup_context=_channel_stats_setup)
+
+
+# --- batch_norm_tanh_max_pool2d_group_norm ----------------------------------------------------
+# Saves its inputs and recomputes the chain in the compute dtype (as the kernels do); max-pool
+# gradients go through aten's max_pool2d_with_indices_backward, so they reach the arg-max
+# positions exactly as PyTorch routes them (ties included).
+def _bn_chain_setup(ctx, inputs, output):
+    (input, mean, var, bn_weight, bn_bias, bn_eps, kernel_size, pool_stride, pool_padding,
+     pool_dilation, num_groups, gn_weight, gn_bias, gn_eps) = inputs
+    ctx.save_for_backward(input, mean, var, bn_weight, bn_bias, gn_weight)
+    ctx.bn_eps, ctx.gn_eps, ctx.num_groups = bn_eps, gn_eps, num_groups
+    ctx.pool = (kernel_size, pool_stride, pool_padding, pool_dilation)
+    ctx.has_gn_bias = gn_bias is not None
+
+
+def _bn_chain_backward(ctx, grad):
+    input, mean, var, bn_weight, bn_bias, gn_weight = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    ct = torch.float64 if input.dtype == torch.float64 else torch.float32
+    dims = [0, 2, 3]
+
+    def per_channel(t):
+        return t.to(ct).view(1, -1, 1, 1)
+
+    x = input.to(ct)
+    centered = x - per_channel(mean)
+    rstd = per_channel((var.to(ct) + ctx.bn_eps).rsqrt())
+    xhat = centered * rstd
+    w = per_channel(bn_weight) if bn_weight is not None else None
+    xn = xhat * w if w is not None else xhat
+    act = torch.tanh(xn + per_channel(bn_bias) if bn_bias is not None else xn)
+    kernel_size, stride, padding, dilation = ctx.pool
+    pooled, indices = aten.max_pool2d_with_indices(act, kernel_size, stride, padding, dilation, False)
+    gn_w = gn_weight.to(ct) if gn_weight is not None else None
+    gn_mask = [any(needs[:5]), needs[11] and gn_weight is not None, needs[12] and ctx.has_gn_bias]
+    g_pooled, g_gn_w, g_gn_b = _group_norm_grads(grad.to(ct), pooled, ctx.num_groups, gn_w, ctx.gn_eps, gn_mask)
+    g_in = g_mean = g_var = g_bn_w = g_bn_b = None
+    if any(needs[:5]):
+        g_act = aten.max_pool2d_with_indices_backward(g_pooled, act, kernel_size, stride, padding, dilation,
+                                                      False, indices)
+        g_xn = g_act * (1 - act * act)
+        if needs[4] and bn_bias is not None:
+            g_bn_b = g_xn.sum(dims).to(bn_bias.dtype)
+        if needs[3] and bn_weight is not None:
+            g_bn_w = (g_xn * xhat).sum(dims).to(bn_weight.dtype)
+        g_xhat = g_xn * w if w is not None else g_xn
+        g_x = g_xhat * rstd
+        if needs[0]:
+            g_in = g_x.to(input.dtype)
+        if needs[1]:
+            g_mean = (-g_x.sum(dims)).to(mean.dtype)
+        if needs[2]:
+            g_var = ((g_xhat * centered).sum(dims) * (-0.5) * rstd.view(-1) ** 3).to(var.dtype)
+    if g_gn_w is not None:
+        g_gn_w = g_gn_w.to(gn_weight.dtype)
+    if g_gn_b is not None:
+        g_gn_b = g_gn_b.to(input.dtype)
+    return (g_in, g_mean, g_var, g_bn_w, g_bn_b, None, None, None, None, None, None, g_gn_w, g_gn_b, None)
+
+
+torch.library.register_autograd(
+    "myops::batch_norm_tanh_max_pool2d_group_norm", _bn_chain_backward, setup_context=_bn_chain_setup)

@@ -41,3 +41,25 @@ def _fused_fake(input, weight, bias, stride, padding, output_padding, groups, di
                   f"must be 'none' or 'tanh', got '{approximate}'")
     _shapes.check_group_norm_channels(op, input, shape[1], num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias")
     return _empty_4d(shape, input)
+
+
+@torch.library.register_fake("myops::conv_transpose2d_channel_stats")
+def _conv_channel_stats_fake(input, weight, bias, stride, padding, output_padding, groups, dilation):
+    shape = _shapes.conv_transpose2d_out_shape(
+        "conv_transpose2d_channel_stats", input, weight, bias, stride, padding, output_padding, groups, dilation)
+    stats = input.new_empty([shape[1]], dtype=_shapes.stats_dtype(input))
+    return _empty_4d(shape, input), stats, torch.empty_like(stats)
+
+
+@torch.library.register_fake("myops::batch_norm_tanh_max_pool2d_group_norm")
+def _bn_chain_fake(input, mean, var, bn_weight, bn_bias, bn_eps, kernel_size, pool_stride, pool_padding,
+                   pool_dilation, num_groups, gn_weight, gn_bias, gn_eps):
+    op = "batch_norm_tanh_max_pool2d_group_norm"
+    _shapes.check(input.dim() == 4, op, "input", f"must be a 4-D tensor [N, C, H, W], got {input.dim()}-D")
+    _shapes.check_floating(op, "input", input)
+    c = input.shape[1]
+    _shapes.check_batch_norm_stats(op, input, c, mean, var, bn_weight, bn_bias)
+    ph, pw = _shapes.max_pool2d_out_hw(op, input.shape[2], input.shape[3], kernel_size, pool_stride,
+                                       pool_padding, pool_dilation)
+    _shapes.check_group_norm_channels(op, input, c, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias")
+    return _empty_4d([input.shape[0], c, ph, pw], input)

@@ -73,3 +73,41 @@ def output_memory_format(input: torch.Tensor) -> torch.memory_format:
     if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):
         return torch.channels_last
     return torch.contiguous_format
+
+
+def max_pool2d_out_hw(op, h, w, kernel_size, stride, padding, dilation):
+    """Mirror of check_max_pool2d in csrc/shapes.cpp (ceil_mode false)."""
+    for name, v in (("kernel_size", kernel_size), ("pool_stride", stride), ("pool_padding", padding),
+                    ("pool_dilation", dilation)):
+        check(len(v) == 2, op, name, f"must have 2 elements (height, width), got {len(v)}")
+    check(kernel_size[0] > 0 and kernel_size[1] > 0, op, "kernel_size", f"must be positive, got {list(kernel_size)}")
+    check(stride[0] > 0 and stride[1] > 0, op, "pool_stride", f"must be positive, got {list(stride)}")
+    check(dilation[0] > 0 and dilation[1] > 0, op, "pool_dilation", f"must be positive, got {list(dilation)}")
+    check(all(padding[i] >= 0 and 2 * padding[i] <= kernel_size[i] for i in range(2)), op, "pool_padding",
+          f"must be non-negative and at most half of kernel_size {list(kernel_size)}, got {list(padding)}")
+    span = [(h, 0), (w, 1)]
+    sizes = []
+    for size, i in span:
+        room = size + 2 * padding[i] - dilation[i] * (kernel_size[i] - 1) - 1
+        check(room >= 0, op, "kernel_size", f"(dilated) is larger than the padded input of {h}x{w}")
+        sizes.append(room // stride[i] + 1)
+    return sizes
+
+
+def check_batch_norm_stats(op, input, channels, mean, var, weight, bias):
+    """Mirror of check_batch_norm_stats in csrc/shapes.cpp."""
+    for t, name in ((mean, "mean"), (var, "var")):
+        check_floating(op, name, t)
+        check(t.device == input.device, op, name, f"is on {t.device} but 'input' is on {input.device}")
+        check(t.dim() == 1 and t.shape[0] == channels, op, name,
+              f"must be a 1-D tensor of {channels} elements (one per channel), got shape {list(t.shape)}")
+    for t, name in ((weight, "bn_weight"), (bias, "bn_bias")):
+        if t is not None:
+            check_like_input(op, name, t, input)
+            check(t.dim() == 1 and t.shape[0] == channels, op, name,
+                  f"must be a 1-D tensor of {channels} elements (one per channel), got shape {list(t.shape)}")
+
+
+def stats_dtype(input: torch.Tensor) -> torch.dtype:
+    """Batch statistics are float32, float64 for float64 input (the kernels' compute dtype)."""
+    return torch.float64 if input.dtype == torch.float64 else torch.float32

@@ -65,3 +65,53 @@ def conv_transpose2d_gelu_group_norm(
     return _batched(input, lambda x: torch.ops.myops.conv_transpose2d_gelu_group_norm(
         x, weight, bias, _pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation),
         approximate, num_groups, gn_weight, gn_bias, eps))
+
+
+def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+        input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrPair = 1,
+        padding: IntOrPair = 0, output_padding: IntOrPair = 0, groups: int = 1,
+        dilation: IntOrPair = 1, *, running_mean: Optional[Tensor] = None,
+        running_var: Optional[Tensor] = None, bn_weight: Optional[Tensor] = None,
+        bn_bias: Optional[Tensor] = None, training: bool = False, momentum: float = 0.1,
+        bn_eps: float = 1e-5, kernel_size: IntOrPair, pool_stride: Optional[IntOrPair] = None,
+        pool_padding: IntOrPair = 0, pool_dilation: IntOrPair = 1, ceil_mode: bool = False,
+        num_groups: int, gn_weight: Optional[Tensor] = None, gn_bias: Optional[Tensor] = None,
+        gn_eps: float = 1e-5) -> Tensor:
+    """``group_norm(max_pool2d(tanh(batch_norm(conv_transpose2d(input, ...)))))`` (the L2_11 chain).
+
+    The conv arguments are those of :func:`conv_transpose2d`; ``running_mean``, ``running_var``,
+    ``bn_weight``, ``bn_bias``, ``training``, ``momentum``, ``bn_eps`` those of
+    ``torch.nn.functional.batch_norm`` (in training the batch statistics normalise and the running
+    buffers, when given, are updated in place exactly as there: the unbiased variance enters
+    ``running_var``); ``kernel_size``, ``pool_stride`` (default: ``kernel_size``),
+    ``pool_padding``, ``pool_dilation`` those of ``max_pool2d`` (``ceil_mode`` must be False);
+    then those of :func:`group_norm`.
+    """
+    op = "myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
+    if ceil_mode:
+        raise ValueError(f"{op}: argument 'ceil_mode' must be False (ceil_mode=True is not implemented)")
+    if not training and (running_mean is None or running_var is None):
+        raise ValueError(f"{op}: argument 'running_mean' / 'running_var' are required when training=False "
+                         "(as in torch.nn.functional.batch_norm)")
+    conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
+    if training:
+        out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(input, weight, bias, *conv_args)
+        if running_mean is not None and running_var is not None:
+            update_running_stats(running_mean, running_var, mean, var, out.numel() // out.shape[1], momentum)
+    else:
+        out = torch.ops.myops.conv_transpose2d(input, weight, bias, *conv_args)
+        mean, var = running_mean, running_var
+    return torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(
+        out, mean, var, bn_weight, bn_bias, bn_eps, _pair(kernel_size),
+        _pair(kernel_size if pool_stride is None else pool_stride), _pair(pool_padding),
+        _pair(pool_dilation), num_groups, gn_weight, gn_bias, gn_eps)
+
+
+def update_running_stats(running_mean: Tensor, running_var: Tensor, mean: Tensor, var: Tensor,
+                         count: int, momentum: float) -> None:
+    """BatchNorm's buffer update, in place: ``r = (1 - momentum) * r + momentum * batch`` with the
+    unbiased variance ``var * count / (count - 1)`` entering ``running_var``."""
+    with torch.no_grad():
+        unbiased = var * (count / (count - 1)) if count > 1 else var
+        running_mean.mul_(1 - momentum).add_(mean.detach().to(running_mean.dtype), alpha=momentum)
+        running_var.mul_(1 - momentum).add_(unbiased.detach().to(running_var.dtype), alpha=momentum)

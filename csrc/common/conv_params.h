@@ -17,6 +17,12 @@ struct ConvTranspose2dParams {
   int64_t OH = 0, OW = 0;                      // output [N, C_out, OH, OW]
 };
 
+// One max_pool2d call (ceil_mode false), filled by check_max_pool2d in csrc/shapes.h.
+struct Pool2dParams {
+  int64_t kH = 1, kW = 1, sH = 1, sW = 1, pH = 0, pW = 0, dH = 1, dW = 1;
+  int64_t H = 0, W = 0, PH = 0, PW = 0;  // input and pooled sizes
+};
+
 // PyTorch's transposed-convolution output size along one dimension.
 MYOPS_HD int64_t conv_transpose_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t op,
                                          int64_t d) {
