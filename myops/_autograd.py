@@ -137,7 +137,8 @@ def _channel_stats_backward(ctx, g_out, g_mean, g_var):
     if g_mean is not None:
         g = g + g_mean.view(1, -1, 1, 1) / count
     if g_var is not None:
-        g = g + g_var.view(1, -1, 1, 1) * (2.0 / count) * (out.to(mean.dtype) - mean.view(1, -1, 1, 1))
+        # (tensor / SymInt, not a Python float from the SymInt: dynamic shapes keep it symbolic)
+        g = g + g_var.view(1, -1, 1, 1) * 2 * (out.to(mean.dtype) - mean.view(1, -1, 1, 1)) / count
     gi, gw, gb = _conv_grads(g.to(out.dtype), input, weight, ctx.bias_len, ctx.conv_args,
                              ctx.needs_input_grad[:3])
     return gi, gw, gb, None, None, None, None, None

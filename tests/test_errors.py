@@ -23,6 +23,16 @@ def fused(approximate="none", num_groups=3, gn_weight=None, gn_bias=None, device
                                                 num_groups, gn_weight, gn_bias, 1e-5)
 
 
+def chain(x=None, mean=None, var=None, bn_weight=None, kernel_size=(2, 2), pool_stride=(2, 2), pool_padding=(0, 0),
+          pool_dilation=(1, 1), num_groups=2, gn_weight=None, device="cpu"):
+    x = t(2, 4, 6, 6, device=device) if x is None else x
+    mean = t(4, device=device) if mean is None else mean
+    var = t(4, device=device).abs() if var is None else var
+    return OPS.batch_norm_tanh_max_pool2d_group_norm(x, mean, var, bn_weight, None, 1e-5, list(kernel_size),
+                                                     list(pool_stride), list(pool_padding), list(pool_dilation),
+                                                     num_groups, gn_weight, None, 1e-5)
+
+
 def C(device):
     """Bad-input cases: (description, thunk, op name, argument name)."""
     d = device
@@ -58,6 +68,26 @@ def C(device):
         ("fused gn_weight length", lambda: fused(gn_weight=t(4, device=d), device=d), "conv_transpose2d_gelu_group_norm", "gn_weight"),
         ("fused gn_bias dtype", lambda: fused(gn_bias=t(3, dtype=torch.bfloat16, device=d), device=d),
          "conv_transpose2d_gelu_group_norm", "gn_bias"),
+        ("stats conv groups", lambda: OPS.conv_transpose2d_channel_stats(t(2, 6, 5, 5, device=d), t(6, 2, 3, 3, device=d),
+                                                                         None, [1, 1], [0, 0], [0, 0], 4, [1, 1]),
+         "conv_transpose2d_channel_stats", "groups"),
+        ("chain input rank", lambda: chain(x=t(4, 6, 6, device=d), device=d), "batch_norm_tanh_max_pool2d_group_norm", "input"),
+        ("chain mean length", lambda: chain(mean=t(3, device=d), device=d), "batch_norm_tanh_max_pool2d_group_norm", "mean"),
+        ("chain var dtype", lambda: chain(var=torch.ones(4, dtype=torch.int64, device=d), device=d),
+         "batch_norm_tanh_max_pool2d_group_norm", "var"),
+        ("chain bn_weight dtype", lambda: chain(bn_weight=t(4, dtype=torch.float64, device=d), device=d),
+         "batch_norm_tanh_max_pool2d_group_norm", "bn_weight"),
+        ("chain pool padding", lambda: chain(pool_padding=(2, 0), device=d), "batch_norm_tanh_max_pool2d_group_norm",
+         "pool_padding"),
+        ("chain zero pool stride", lambda: chain(pool_stride=(0, 2), device=d), "batch_norm_tanh_max_pool2d_group_norm",
+         "pool_stride"),
+        ("chain kernel too big", lambda: chain(kernel_size=(7, 2), device=d), "batch_norm_tanh_max_pool2d_group_norm",
+         "kernel_size"),
+        ("chain kernel_size length", lambda: chain(kernel_size=(2, 2, 2), device=d),
+         "batch_norm_tanh_max_pool2d_group_norm", "kernel_size"),
+        ("chain num_groups", lambda: chain(num_groups=3, device=d), "batch_norm_tanh_max_pool2d_group_norm", "num_groups"),
+        ("chain gn_weight length", lambda: chain(gn_weight=t(2, device=d), device=d),
+         "batch_norm_tanh_max_pool2d_group_norm", "gn_weight"),
     ]
 
 

@@ -62,12 +62,41 @@ def fused_samples(device):
     return out
 
 
+def channel_stats_samples(device):
+    return [(x, w, b, *conv) for x, w, b, *conv in conv_samples(device) if x.shape[0] > 0]
+
+
+def bn_chain_samples(device):
+    # (input, mean, var, bn_weight, bn_bias, bn_eps, kernel_size, pool_stride, pool_padding,
+    #  pool_dilation, num_groups, gn_weight, gn_bias, gn_eps)
+    f32 = torch.float32
+    return [
+        (_t(2, 4, 6, 5, device=device), _t(4, device=device), _t(4, device=device).abs() + 0.5, _t(4, device=device),
+         _t(4, device=device), 1e-5, [2, 2], [2, 2], [0, 0], [1, 1], 2, _t(4, device=device), _t(4, device=device), 1e-5),
+        (_t(2, 4, 6, 5, device=device, grad=True), _t(4, device=device, grad=True),
+         (_t(4, device=device).abs() + 0.5).requires_grad_(), _t(4, device=device, grad=True), None, 1e-3,
+         [3, 2], [1, 2], [1, 1], [1, 2], 4, None, _t(4, device=device, grad=True), 1e-5),
+        (_t(1, 6, 5, 5, device=device, grad=True).contiguous(memory_format=torch.channels_last), _t(6, device=device),
+         _t(6, device=device).abs() + 0.5, None, None, 1e-5, [2, 3], [3, 1], [0, 1], [2, 1], 3,
+         _t(6, device=device, grad=True), None, 1e-5),
+        (_t(2, 2, 4, 4, device=device, dtype=torch.float64, grad=True), _t(2, device=device, dtype=torch.float64, grad=True),
+         (_t(2, device=device, dtype=torch.float64).abs() + 0.5).requires_grad_(),
+         _t(2, device=device, dtype=torch.float64, grad=True), _t(2, device=device, dtype=torch.float64, grad=True), 1e-5,
+         [1, 1], [1, 1], [0, 0], [1, 1], 1, None, None, 1e-5),
+        (_t(2, 4, 6, 6, device=device, dtype=torch.bfloat16), _t(4, device=device, dtype=f32),
+         _t(4, device=device, dtype=f32).abs() + 0.5, _t(4, device=device, dtype=torch.bfloat16), None, 1e-5,
+         [2, 2], [2, 2], [0, 0], [1, 1], 2, None, None, 1e-5),
+    ]
+
+
 # op name -> samples as (args, kwargs)
 SAMPLES = {
     "conv_transpose2d": lambda d: [(a, {}) for a in conv_samples(d)],
     "gelu": gelu_samples,
     "group_norm": lambda d: [(a, {}) for a in group_norm_samples(d)],
     "conv_transpose2d_gelu_group_norm": lambda d: [(a, {}) for a in fused_samples(d)],
+    "conv_transpose2d_channel_stats": lambda d: [(a, {}) for a in channel_stats_samples(d)],
+    "batch_norm_tanh_max_pool2d_group_norm": lambda d: [(a, {}) for a in bn_chain_samples(d)],
 }
 
 
@@ -88,6 +117,13 @@ def test_schemas_are_the_designed_ones():
         "conv_transpose2d_gelu_group_norm": "myops::conv_transpose2d_gelu_group_norm(Tensor input, Tensor weight, "
         "Tensor? bias, SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, SymInt[2] dilation, "
         "str approximate, int num_groups, Tensor? gn_weight, Tensor? gn_bias, float eps) -> Tensor",
+        "conv_transpose2d_channel_stats": "myops::conv_transpose2d_channel_stats(Tensor input, Tensor weight, "
+        "Tensor? bias, SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, "
+        "SymInt[2] dilation) -> (Tensor, Tensor, Tensor)",
+        "batch_norm_tanh_max_pool2d_group_norm": "myops::batch_norm_tanh_max_pool2d_group_norm(Tensor input, "
+        "Tensor mean, Tensor var, Tensor? bn_weight, Tensor? bn_bias, float bn_eps, int[2] kernel_size, "
+        "int[2] pool_stride, int[2] pool_padding, int[2] pool_dilation, int num_groups, Tensor? gn_weight, "
+        "Tensor? gn_bias, float gn_eps) -> Tensor",
     }
     for name, schema in expected.items():
         assert str(getattr(torch.ops.myops, name).default._schema) == schema

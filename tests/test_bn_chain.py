@@ -1,0 +1,181 @@
+"""The L2_11 chain conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm: the two ops
+and the Python API against PyTorch (float64 references), gradients, BatchNorm buffer updates."""
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import myops
+from conftest import DEVICES
+from reference import assert_matches, conv_args, f64, make_conv_inputs, random_conv_config, tolerance
+
+OP = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
+RANDOM_RUNS = [(torch.float32, 100), (torch.float64, 30), (torch.bfloat16, 30), (torch.float16, 20)]
+
+
+def random_pool(rng, h, w):
+    while True:
+        k = (rng.randint(1, 3), rng.randint(1, 3))
+        pad = tuple(rng.randint(0, ki // 2) for ki in k)
+        dil = (rng.randint(1, 2), rng.randint(1, 2))
+        stride = (rng.randint(1, 3), rng.randint(1, 3))
+        if all(size + 2 * p - d * (ki - 1) - 1 >= 0 for size, p, d, ki in zip((h, w), pad, dil, k)):
+            return dict(kernel_size=k, pool_stride=stride, pool_padding=pad, pool_dilation=dil)
+
+
+def reference(x, w, b, cfg, bn, pool, num_groups, gn_w, gn_b, gn_eps):
+    """float64 chain as a PyTorch user writes it; bn = (running_mean, running_var, weight, bias,
+    training, momentum, eps) with float64 copies of the buffers (updated in place)."""
+    conv = F.conv_transpose2d(f64(x), f64(w), f64(b), *conv_args(cfg)[:3], cfg["groups"], cfg["dilation"])
+    rm, rv, bw, bb, training, momentum, eps = bn
+    y = torch.tanh(F.batch_norm(conv, rm, rv, f64(bw), f64(bb), training, momentum, eps))
+    y = F.max_pool2d(y, pool["kernel_size"], pool["pool_stride"], pool["pool_padding"], pool["pool_dilation"])
+    return F.group_norm(y, num_groups, f64(gn_w), f64(gn_b), gn_eps)
+
+
+def random_case(rng, dtype, device):
+    cfg = random_conv_config(rng)
+    x, w, b = make_conv_inputs(cfg, dtype, device)
+    c_out = cfg["C_out_g"] * cfg["groups"]
+    oh = (cfg["H"] - 1) * cfg["stride"][0] - 2 * cfg["padding"][0] + cfg["dilation"][0] * (cfg["kH"] - 1) + cfg["output_padding"][0] + 1
+    ow = (cfg["W"] - 1) * cfg["stride"][1] - 2 * cfg["padding"][1] + cfg["dilation"][1] * (cfg["kW"] - 1) + cfg["output_padding"][1] + 1
+    pool = random_pool(rng, oh, ow)
+    training = cfg["N"] * oh * ow > 1 and rng.random() < 0.7  # batch statistics need 2+ values
+    affine = rng.random() < 0.7
+    bw = torch.randn(c_out, dtype=dtype, device=device) if affine else None
+    bb = torch.randn(c_out, dtype=dtype, device=device) if affine else None
+    rm = torch.randn(c_out, dtype=torch.float32, device=device)
+    rv = torch.rand(c_out, dtype=torch.float32, device=device) + 0.5
+    num_groups = rng.choice([d for d in range(1, c_out + 1) if c_out % d == 0])
+    gn_w = torch.randn(c_out, dtype=dtype, device=device) if rng.random() < 0.7 else None
+    gn_b = torch.randn(c_out, dtype=dtype, device=device) if gn_w is not None and rng.random() < 0.8 else None
+    bn = dict(running_mean=rm, running_var=rv, bn_weight=bw, bn_bias=bb, training=training,
+              momentum=rng.choice([0.1, 0.3]), bn_eps=rng.choice([1e-5, 1e-3]))
+    return cfg, x, w, b, bn, pool, num_groups, gn_w, gn_b
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype,count", RANDOM_RUNS, ids=lambda v: str(v))
+def test_random_configs_match_pytorch_chain(device, dtype, count):
+    rng = random.Random(7 + count)
+    for i in range(count):
+        cfg, x, w, b, bn, pool, num_groups, gn_w, gn_b = random_case(rng, dtype, device)
+        rm64, rv64 = f64(bn["running_mean"]), f64(bn["running_var"])
+        ref = reference(x, w, b, cfg, (rm64, rv64, bn["bn_weight"], bn["bn_bias"], bn["training"], bn["momentum"],
+                                       bn["bn_eps"]), pool, num_groups, gn_w, gn_b, 1e-5)
+        out = myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+            x, w, b, cfg["stride"], cfg["padding"], cfg["output_padding"], cfg["groups"], cfg["dilation"],
+            **bn, **pool, num_groups=num_groups, gn_weight=gn_w, gn_bias=gn_b, gn_eps=1e-5)
+        try:
+            assert out.dtype == dtype
+            assert_matches(out, ref, tolerance(dtype, device) * 8, floor=1.0)
+            # running buffers: float32 tensors, updated from statistics of the rounded conv output
+            buf_tol = max(tolerance(dtype, device) * 4, 2e-6)
+            assert_matches(bn["running_mean"], rm64, buf_tol, floor=1.0)
+            assert_matches(bn["running_var"], rv64, buf_tol, floor=1.0)
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: {cfg}, pool {pool}, training {bn['training']}: {e}") from None
+
+
+class Block(nn.Module):
+    """L2_11's block as a user writes it (scaled-down sizes)."""
+
+    def __init__(self, cin=8, cout=16, groups=4, momentum=0.1, affine=True):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(cin, cout, 5, padding=1)
+        self.bn = nn.BatchNorm2d(cout, momentum=momentum, affine=affine)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.gn = nn.GroupNorm(groups, cout)
+
+    def forward(self, x):
+        return self.gn(self.pool(torch.tanh(self.bn(self.conv(x)))))
+
+
+def api_call(m, x):
+    bn = m.bn
+    factor = 0.0
+    if m.training:  # nn.BatchNorm2d's own bookkeeping
+        bn.num_batches_tracked.add_(1)
+        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    return myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+        x, m.conv.weight, m.conv.bias, m.conv.stride, m.conv.padding, running_mean=bn.running_mean,
+        running_var=bn.running_var, bn_weight=bn.weight, bn_bias=bn.bias, training=m.training, momentum=factor,
+        bn_eps=bn.eps, kernel_size=2, num_groups=m.gn.num_groups, gn_weight=m.gn.weight, gn_bias=m.gn.bias,
+        gn_eps=m.gn.eps)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_training_steps_match_modules_gradients_and_buffers(device, momentum):
+    torch.manual_seed(0)
+    ref = Block(momentum=momentum).to(device).double()
+    mine = Block(momentum=momentum).to(device).double()
+    mine.load_state_dict(ref.state_dict())
+    for step in range(3):
+        x = torch.randn(2, 8, 7, 6, device=device, dtype=torch.float64)
+        xr, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
+        yr, ym = ref(xr), api_call(mine, xm)
+        assert_matches(ym, yr, 1e-9)
+        g = torch.randn_like(yr)
+        yr.backward(g)
+        ym.backward(g)
+        assert_matches(xm.grad, xr.grad, 1e-9)
+        for (name, pr), pm in zip(ref.named_parameters(), mine.parameters()):
+            assert_matches(pm.grad, pr.grad, 1e-9), name
+        for (name, br), bm in zip(ref.named_buffers(), mine.buffers()):
+            assert torch.allclose(bm, br, rtol=1e-12, atol=1e-12), (step, name)
+    ref.eval()
+    mine.eval()
+    x = torch.randn(2, 8, 7, 6, device=device, dtype=torch.float64)
+    assert_matches(api_call(mine, x), ref(x), 1e-9)
+
+
+def test_gradcheck_both_ops():
+    torch.manual_seed(0)
+    d = torch.float64
+    x = torch.randn(2, 3, 4, 3, dtype=d, requires_grad=True)
+    w = torch.randn(3, 4, 2, 3, dtype=d, requires_grad=True)
+    b = torch.randn(4, dtype=d, requires_grad=True)
+
+    def stats(x, w, b):
+        out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(x, w, b, [2, 1], [0, 1], [1, 0], 1, [1, 1])
+        return out, mean, var
+
+    assert torch.autograd.gradcheck(stats, (x, w, b))
+    y = torch.randn(2, 4, 5, 6, dtype=d, requires_grad=True)
+    mean = torch.randn(4, dtype=d, requires_grad=True)
+    var = (torch.rand(4, dtype=d) + 0.5).requires_grad_()
+    bw, bb = torch.randn(4, dtype=d, requires_grad=True), torch.randn(4, dtype=d, requires_grad=True)
+    gw, gb = torch.randn(4, dtype=d, requires_grad=True), torch.randn(4, dtype=d, requires_grad=True)
+
+    def chain(y, mean, var, bw, bb, gw, gb):
+        return torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(
+            y, mean, var, bw, bb, 1e-5, [3, 2], [2, 2], [1, 0], [1, 2], 2, gw, gb, 1e-5)
+
+    assert torch.autograd.gradcheck(chain, (y, mean, var, bw, bb, gw, gb))
+
+
+def test_max_pool_ties_route_gradient_like_pytorch():
+    # constant planes: every window is a tie; PyTorch sends the gradient to the first maximum
+    x = torch.zeros(1, 2, 4, 4, dtype=torch.float64, requires_grad=True)
+    mean, var = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    gb = torch.tensor([0.5, -1.0], dtype=torch.float64)
+    out = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(x, mean, var, None, None, 0.0, [2, 2], [2, 2],
+                                                                [0, 0], [1, 1], 1, None, gb, 1e-5)
+    xr = x.detach().clone().requires_grad_()
+    ref = F.group_norm(F.max_pool2d(torch.tanh(F.batch_norm(xr, mean, var, None, None, False, 0.0, 0.0)), 2), 1,
+                       None, gb, 1e-5)
+    g = torch.arange(out.numel(), dtype=torch.float64).view_as(out)
+    out.backward(g)
+    ref.backward(g)
+    assert torch.equal(x.grad, xr.grad)
+
+
+def test_ceil_mode_and_missing_running_stats_are_reported():
+    x, w = torch.randn(1, 2, 3, 3), torch.randn(2, 2, 3, 3)
+    with pytest.raises(ValueError, match=f"myops.{OP}: argument 'ceil_mode' must be False"):
+        getattr(myops, OP)(x, w, kernel_size=2, ceil_mode=True, num_groups=1, training=True)
+    with pytest.raises(ValueError, match=f"myops.{OP}: argument 'running_mean'"):
+        getattr(myops, OP)(x, w, kernel_size=2, num_groups=1, training=False)
