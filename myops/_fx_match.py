@@ -1,4 +1,5 @@
-"""Finds conv_transpose2d -> gelu -> group_norm chains in an FX graph and rewrites them to myops ops.
+"""Finds conv_transpose2d -> gelu -> group_norm chains (and conv_transpose2d -> batch_norm -> tanh ->
+max_pool2d -> group_norm chains) in an FX graph and rewrites them to myops ops.
 
 Works on the graphs torch.compile hands to Inductor's pre-grad passes (torch-function calls:
 torch.conv_transpose2d, F.gelu, F.group_norm) and on torch.export graphs (aten.conv_transpose2d,
@@ -11,6 +12,8 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.nn.functional as F
 from torch import fx
+
+from .ops import conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm as fused_api
 
 aten = torch.ops.aten
 
@@ -32,6 +35,15 @@ _GROUP_NORM_SIGNATURES = {
                        {"weight": None, "bias": None, "eps": 1e-5, "cudnn_enabled": True}),
     aten.group_norm.default: (["input", "num_groups", "weight", "bias", "eps", "cudnn_enabled"],
                               {"weight": None, "bias": None, "eps": 1e-5, "cudnn_enabled": True}),
+}
+_BATCH_NORM_SIGNATURES = {
+    F.batch_norm: (["input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"],
+                   {"running_mean": None, "running_var": None, "weight": None, "bias": None, "training": False,
+                    "momentum": 0.1, "eps": 1e-5}),
+}
+_MAX_POOL_SIGNATURES = {
+    F.max_pool2d: (["input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"],
+                   {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False}),
 }
 _FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -100,9 +112,86 @@ def _group_norm_of(node: fx.Node):
     return None, None
 
 
+def _is_tanh(node: fx.Node) -> bool:
+    if node.op == "call_function":
+        return node.target in (torch.tanh, F.tanh, aten.tanh.default) and len(node.args) == 1 and not node.kwargs
+    return node.op == "call_method" and node.target == "tanh" and len(node.args) == 1 and not node.kwargs
+
+
+def _dtype_is(node, dtype, floating_only=False) -> bool:
+    """None (an absent optional tensor) or a tensor node of that dtype (of any floating dtype)."""
+    if node is None:
+        return True
+    m = _meta(node)
+    return m is not None and (m.dtype in _FLOATING if floating_only else m.dtype == dtype)
+
+
+def _replace(graph: fx.Graph, out_node: fx.Node, chain: List[fx.Node], target, args, kwargs=None) -> None:
+    with graph.inserting_before(out_node):
+        fused = graph.call_function(target, tuple(args), kwargs or {})
+    fused.meta.update({k: v for k, v in out_node.meta.items() if k in ("val", "example_value", "stack_trace", "nn_module_stack")})
+    out_node.replace_all_uses_with(fused)
+    for dead in [out_node, *chain]:
+        if dead in graph.nodes and not dead.users:
+            graph.erase_node(dead)
+
+
+def _rewrite_batch_norm_chains(graph: fx.Graph) -> int:
+    """conv_transpose2d -> F.batch_norm -> tanh -> F.max_pool2d -> group_norm, in training or eval
+    mode: replaced by one call of the Python API, which runs the two ops and updates the running
+    buffers in place as F.batch_norm does (AOTAutograd records that as a buffer mutation)."""
+    count = 0
+    for node in list(graph.nodes):
+        out_node, gn = _group_norm_of(node)
+        if gn is None or not isinstance(gn["input"], fx.Node):
+            continue
+        pool_node = gn["input"]
+        pool = _bind(pool_node, _MAX_POOL_SIGNATURES)
+        if pool is None or pool["ceil_mode"] is not False or pool["return_indices"] is not False:
+            continue
+        tanh_node = pool["input"]
+        if not isinstance(tanh_node, fx.Node) or not _is_tanh(tanh_node) or not isinstance(tanh_node.args[0], fx.Node):
+            continue
+        bn_node = tanh_node.args[0]
+        bn = _bind(bn_node, _BATCH_NORM_SIGNATURES)
+        if bn is None or not isinstance(bn["input"], fx.Node):
+            continue
+        conv_node = bn["input"]
+        conv = _conv_args(conv_node)
+        if conv is None or not all(_single_user(a, b) for a, b in
+                                   ((conv_node, bn_node), (bn_node, tanh_node), (tanh_node, pool_node), (pool_node, node))):
+            continue
+        kernel = _pair(pool["kernel_size"])
+        stride = kernel if pool["stride"] in (None, [], ()) else _pair(pool["stride"])
+        padding, dilation = _pair(pool["padding"]), _pair(pool["dilation"])
+        if None in (kernel, stride, padding, dilation) or not isinstance(bn["training"], bool):
+            continue
+        if not isinstance(bn["momentum"], (int, float)) or not isinstance(bn["eps"], (int, float)):
+            continue
+        if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):
+            continue
+        if not bn["training"] and (bn["running_mean"] is None or bn["running_var"] is None):
+            continue
+        dtype = _meta(conv_node).dtype if _meta(conv_node) is not None else None
+        if dtype is None or not all(_dtype_is(t, dtype) for t in (bn["weight"], bn["bias"], gn["weight"], gn["bias"])):
+            continue
+        if not all(_dtype_is(t, dtype, floating_only=True) for t in (bn["running_mean"], bn["running_var"])):
+            continue
+        kwargs = dict(running_mean=bn["running_mean"], running_var=bn["running_var"], bn_weight=bn["weight"],
+                      bn_bias=bn["bias"], training=bn["training"], momentum=float(bn["momentum"]),
+                      bn_eps=float(bn["eps"]), kernel_size=kernel, pool_stride=stride, pool_padding=padding,
+                      pool_dilation=dilation, num_groups=gn["num_groups"], gn_weight=gn["weight"],
+                      gn_bias=gn["bias"], gn_eps=float(gn["eps"]))
+        _replace(graph, out_node, [node, pool_node, tanh_node, bn_node, conv_node], fused_api, conv, kwargs)
+        count += 1
+    return count
+
+
 def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False) -> Dict[str, int]:
     """Rewrites the chains in place; returns {pattern name: replacements}."""
-    counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d": 0}
+    counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
+              "conv_transpose2d": 0}
+    counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph)
     for node in list(graph.nodes):
         out_node, gn = _group_norm_of(node)
         if gn is None or not isinstance(gn["input"], fx.Node):
@@ -117,25 +206,14 @@ def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False) -> Dict[str, i
             continue
         if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):
             continue
-        with graph.inserting_before(node):
-            fused = graph.call_function(
-                torch.ops.myops.conv_transpose2d_gelu_group_norm.default,
-                (*conv, gelu["approximate"], gn["num_groups"], gn["weight"], gn["bias"], float(gn["eps"])))
-        fused.meta.update({k: v for k, v in out_node.meta.items() if k in ("val", "example_value", "stack_trace", "nn_module_stack")})
-        out_node.replace_all_uses_with(fused)
-        for dead in (out_node, node, gelu_node, conv_node):
-            if dead in graph.nodes and not dead.users:
-                graph.erase_node(dead)
+        _replace(graph, out_node, [node, gelu_node, conv_node], torch.ops.myops.conv_transpose2d_gelu_group_norm.default,
+                 (*conv, gelu["approximate"], gn["num_groups"], gn["weight"], gn["bias"], float(gn["eps"])))
         counts["conv_transpose2d_gelu_group_norm"] += 1
     if standalone_conv:
         for node in list(graph.nodes):
             conv = _conv_args(node)
             if conv is None:
                 continue
-            with graph.inserting_before(node):
-                new = graph.call_function(torch.ops.myops.conv_transpose2d.default, tuple(conv))
-            new.meta.update({k: v for k, v in node.meta.items() if k in ("val", "example_value", "stack_trace", "nn_module_stack")})
-            node.replace_all_uses_with(new)
-            graph.erase_node(node)
+            _replace(graph, node, [], torch.ops.myops.conv_transpose2d.default, conv)
             counts["conv_transpose2d"] += 1
     return counts

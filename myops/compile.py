@@ -1,4 +1,5 @@
-"""torch.compile integration: rewrites conv_transpose2d -> gelu -> group_norm in unmodified models.
+"""torch.compile integration: rewrites conv_transpose2d -> gelu -> group_norm (and
+conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm) in unmodified models.
 
     import myops.compile
     myops.compile.enable()            # or: with myops.compile.enabled(): ...
@@ -23,18 +24,19 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from . import _fx_match
+from . import _fx_match, ops
 
 log = logging.getLogger("myops.compile")
 
-_stats: Dict[str, int] = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d": 0}
+_stats: Dict[str, int] = {"conv_transpose2d_gelu_group_norm": 0,
+                          "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0, "conv_transpose2d": 0}
 
 
 @functools.lru_cache(maxsize=None)
 def _source_hash() -> str:
     """Hash of the rewrite's source (read once: uuid() is called on every compilation)."""
     h = hashlib.sha256()
-    for path in (_fx_match.__file__, __file__):
+    for path in (_fx_match.__file__, ops.__file__, __file__):  # ops: the second chain's replacement
         with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()

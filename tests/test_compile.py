@@ -14,6 +14,7 @@ import myops.compile as mc
 from conftest import DEVICES, HAS_CUDA
 
 FUSED = "conv_transpose2d_gelu_group_norm"
+BN_CHAIN = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +58,7 @@ def test_sequential_block_is_replaced(device):
     mc.enable()
     with no_cache(), torch.no_grad():
         compiled_matches_eager(model, x)
-    assert mc.stats() == {FUSED: 1, "conv_transpose2d": 0}
+    assert mc.stats() == {FUSED: 1, BN_CHAIN: 0, "conv_transpose2d": 0}
 
 
 FUNCTIONAL_CASES = [
@@ -177,7 +178,7 @@ def test_standalone_conv_option():
     mc.enable(conv_transpose2d=True)
     with no_cache(), torch.no_grad():
         compiled_matches_eager(model, x)
-    assert mc.stats() == {FUSED: 0, "conv_transpose2d": 1}
+    assert mc.stats() == {FUSED: 0, BN_CHAIN: 0, "conv_transpose2d": 1}
 
 
 def test_cache_never_mixes_graphs_with_and_without_the_pass(tmp_path, monkeypatch):
@@ -274,3 +275,92 @@ def test_reduce_overhead_mode_on_cuda():
             out = compiled(x)
         torch.testing.assert_close(out, model(x), atol=2e-3, rtol=2e-3)
     assert mc.stats()[FUSED] == 1
+
+
+# --- the second chain: conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm ---------
+class BnBlock(nn.Module):
+    """L2_11's block as a user writes it (scaled down)."""
+
+    def __init__(self, act=None, ceil_mode=False, affine=True, track=True):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(8, 16, 5, padding=1)
+        self.bn = nn.BatchNorm2d(16, affine=affine, track_running_stats=track)
+        self.act = act or nn.Tanh()
+        self.pool = nn.MaxPool2d(2, 2, ceil_mode=ceil_mode)
+        self.gn = nn.GroupNorm(4, 16)
+
+    def forward(self, x):
+        return self.gn(self.pool(self.act(self.bn(self.conv(x)))))
+
+
+def _close(a, b, tol):
+    torch.testing.assert_close(a, b, atol=tol * max(1.0, b.abs().max().item()), rtol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("affine,track", [(True, True), (False, True), (True, False)])
+def test_bn_chain_training_steps_match_eager_with_buffers(device, affine, track):
+    import copy
+    torch.manual_seed(0)
+    model = BnBlock(affine=affine, track=track).to(device)
+    ref = copy.deepcopy(model)
+    mc.enable()
+    tol = 5e-3 if device == "cuda" else 1e-4
+    with no_cache():
+        compiled = torch.compile(model, fullgraph=True)
+        for _ in range(3):
+            x = torch.randn(2, 8, 7, 6, device=device)
+            out, expected = compiled(x), ref(x)
+            _close(out, expected, tol)
+            out.square().sum().backward()
+            expected.square().sum().backward()
+            for (name, p), q in zip(ref.named_parameters(), model.parameters()):
+                _close(q.grad, p.grad, tol * 10)
+        for (name, b), c in zip(ref.named_buffers(), model.buffers()):
+            _close(c.to(b.dtype), b, tol)  # running_mean / running_var / num_batches_tracked
+    assert mc.stats()[BN_CHAIN] == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bn_chain_eval_inference_and_functional_form(device):
+    torch.manual_seed(0)
+    model = BnBlock().to(device).eval()
+    model.bn.running_mean.normal_()
+    model.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 8, 7, 6, device=device)
+    mc.enable()
+    tol = 5e-3 if device == "cuda" else 1e-4
+    with no_cache(), torch.inference_mode():
+        _close(torch.compile(model, fullgraph=True)(x), model(x), tol)
+    w = torch.randn(8, 6, 3, 3, device=device)
+    rm, rv = torch.zeros(6, device=device), torch.ones(6, device=device)
+
+    def f(x):
+        y = F.batch_norm(F.conv_transpose2d(x, w, stride=2, padding=1), rm, rv, training=True, momentum=0.2, eps=1e-3)
+        return F.group_norm(F.max_pool2d(torch.tanh(y), (3, 2), stride=(2, 1), padding=1, dilation=(1, 2)), 3, eps=1e-4)
+
+    rm_ref, rv_ref = rm.clone(), rv.clone()
+    expected = F.group_norm(F.max_pool2d(torch.tanh(F.batch_norm(F.conv_transpose2d(x, w, stride=2, padding=1), rm_ref, rv_ref,
+                                                                 training=True, momentum=0.2, eps=1e-3)),
+                                         (3, 2), stride=(2, 1), padding=1, dilation=(1, 2)), 3, eps=1e-4)
+    with no_cache(), torch.no_grad():
+        _close(torch.compile(f, fullgraph=True)(x), expected, tol)
+    _close(rm, rm_ref, tol)
+    _close(rv, rv_ref, tol)
+    assert mc.stats()[BN_CHAIN] == 2
+
+
+@pytest.mark.parametrize("variant", ["relu instead of tanh", "ceil_mode", "conv output reused"])
+def test_bn_chain_negative_cases(variant):
+    model = BnBlock(act=nn.ReLU() if variant == "relu instead of tanh" else None, ceil_mode=variant == "ceil_mode").eval()
+    if variant == "conv output reused":
+        class Reuse(BnBlock):
+            def forward(self, x):
+                y = self.conv(x)
+                return self.gn(self.pool(torch.tanh(self.bn(y)))).sum() + y.sum()
+        model = Reuse().eval()
+    x = torch.randn(2, 8, 7, 6)
+    mc.enable()
+    with no_cache(), torch.no_grad():
+        _close(torch.compile(model, fullgraph=True)(x), model(x), 1e-4)
+    assert mc.stats()[BN_CHAIN] == 0
