@@ -38,6 +38,39 @@ def conv_call(conv: nn.ConvTranspose2d, x):
         conv.groups, list(conv.dilation))
 
 
+class ConvTransposeBnTanhPoolGroupNorm(nn.Module):
+    """L2_11: ConvTranspose2d -> BatchNorm2d -> Tanh -> MaxPool2d -> GroupNorm, as a user writes it
+    (in train() mode as constructed: BatchNorm normalises with batch statistics)."""
+
+    def __init__(self, c_in, c_out, kernel_size, num_groups, pool=2, **conv_kwargs):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(c_in, c_out, kernel_size, **conv_kwargs)
+        self.bn = nn.BatchNorm2d(c_out)
+        self.act = nn.Tanh()
+        self.pool = nn.MaxPool2d(pool, pool)
+        self.norm = nn.GroupNorm(num_groups, c_out)
+
+    def forward(self, x):
+        return self.norm(self.pool(self.act(self.bn(self.conv(x)))))
+
+
+def bn_chain_call(block: ConvTransposeBnTanhPoolGroupNorm, x):
+    """The same step through myops, BatchNorm's own bookkeeping (num_batches_tracked, momentum)
+    included."""
+    c, bn, pool, n = block.conv, block.bn, block.pool, block.norm
+    factor = 0.0
+    if block.training and bn.track_running_stats:
+        bn.num_batches_tracked.add_(1)
+        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    return myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+        x, c.weight, c.bias, c.stride, c.padding, c.output_padding, c.groups, c.dilation,
+        running_mean=bn.running_mean, running_var=bn.running_var, bn_weight=bn.weight, bn_bias=bn.bias,
+        training=block.training or bn.running_mean is None, momentum=factor, bn_eps=bn.eps,
+        kernel_size=pool.kernel_size, pool_stride=pool.stride, pool_padding=pool.padding,
+        pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode, num_groups=n.num_groups, gn_weight=n.weight,
+        gn_bias=n.bias, gn_eps=n.eps)
+
+
 class GroupNormModule(nn.Module):
     def __init__(self, channels, num_groups):
         super().__init__()
@@ -69,6 +102,14 @@ def _l2_19(n, hw, device, dtype):
                 (x.numel() + out_numel) * x.element_size())
 
 
+def _l2_11(n, hw, device, dtype):
+    block = ConvTransposeBnTanhPoolGroupNorm(64, 128, 5, 8, padding=1).to(device, dtype)
+    x = torch.rand(n, 64, hw, hw, device=device, dtype=dtype)
+    out_numel = n * 128 * ((hw + 2) // 2) ** 2
+    return Case(block, x, lambda x: bn_chain_call(block, x), _conv_flops(x, block.conv),
+                (x.numel() + out_numel) * x.element_size())
+
+
 def _conv(n, c_in, c_out, h, w, device, dtype, **kw):
     conv = nn.ConvTranspose2d(c_in, c_out, bias=False, **kw).to(device, dtype)
     x = torch.rand(n, c_in, h, w, device=device, dtype=dtype)
@@ -93,6 +134,7 @@ def _group_norm(n, hw, device, dtype):
 # name -> (builder at full size on CUDA, builder at CPU size)
 WORKLOADS: Dict[str, tuple] = {
     "L2_19": (lambda d, t: _l2_19(128, 256, d, t), lambda d, t: _l2_19(4, 64, d, t)),
+    "L2_11": (lambda d, t: _l2_11(512, 32, d, t), lambda d, t: _l2_11(16, 32, d, t)),
     "L1_75": (lambda d, t: _conv(16, 32, 64, 128, 256, d, t, kernel_size=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=4),
               lambda d, t: _conv(2, 32, 64, 32, 64, d, t, kernel_size=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=4)),
     "L1_57": (lambda d, t: _conv(8, 64, 64, 1024, 1024, d, t, kernel_size=3),

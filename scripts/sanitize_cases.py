@@ -33,5 +33,14 @@ for dtype in (torch.float32, torch.bfloat16, torch.float64):
                                                                gn_w, None, 1e-5)
         fref = F.group_norm(F.gelu(ref), 2 if c_out % 2 == 0 else 1, gn_w.double(), None, 1e-5)
         worst = max(worst, ((out.double() - fref).abs().max() / fref.abs().max()).item())
+        # the L2_11 chain: conv with batch statistics, then BN + tanh + max-pool + GroupNorm
+        out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(x, wt, b, *args)
+        worst = max(worst, ((mean.double() - ref.mean((0, 2, 3))).abs().max() / ref.abs().max()).item())
+        pool = [[2, 1], [2, 1], [1, 0], [1, 1]] if out.shape[2] >= 2 else [[1, 1], [1, 1], [0, 0], [1, 1]]
+        y = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(out, mean, var, None, None, 1e-5, *pool,
+                                                                   2 if c_out % 2 == 0 else 1, gn_w, None, 1e-5)
+        yref = F.group_norm(F.max_pool2d(torch.tanh(F.batch_norm(out.double(), None, None, training=True, eps=1e-5)),
+                                         *pool), 2 if c_out % 2 == 0 else 1, gn_w.double(), None, 1e-5)
+        worst = max(worst, ((y.double() - yref).abs().max() / yref.abs().max()).item())
 torch.cuda.synchronize()
 print(f"sanitize cases done; worst relative max error {worst:.2e}")

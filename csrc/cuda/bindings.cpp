@@ -5,6 +5,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <limits>
+#include <tuple>
+
+#include "cuda/batch_norm_chain.cuh"
 #include "cuda/conv_transpose2d.cuh"
 #include "cuda/norm_act.cuh"
 #include "shapes.h"
@@ -142,6 +146,76 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   return out.contiguous(output_memory_format(input));
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cuda(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation) {
+  constexpr const char* kOp = "conv_transpose2d_channel_stats";
+  const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding,
+                                        groups, dilation);
+  const c10::cuda::CUDAGuard guard(input.device());
+  // the conv epilogue writes per-tile (count, mean, M2) of the stored output; a fixed-order
+  // reduction per channel gives BatchNorm's batch mean and biased variance
+  const auto plan = cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math());
+  const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor tile_stats = at::empty({p.N, p.C_out, plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
+  cuda::ConvEpilogue ep;
+  ep.tile_stats = tile_stats.data_ptr();
+  at::Tensor out = conv_forward(kOp, input, weight, bias, p, plan, ep);
+  at::Tensor mean = at::empty({p.C_out}, input.options().dtype(stats_dtype));
+  at::Tensor var = at::empty({p.C_out}, input.options().dtype(stats_dtype));
+  if (p.N * p.OH * p.OW == 0) {
+    mean.zero_();
+    var.fill_(std::numeric_limits<double>::quiet_NaN());
+  } else {
+    check_launch(cuda::channel_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
+                                                p.C_out, plan.tiles_per_sample, mean.data_ptr(), var.data_ptr(),
+                                                at::cuda::getCurrentCUDAStream()),
+                 kOp);
+  }
+  return {out.contiguous(output_memory_format(input)), mean, var};
+}
+
+at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
+    const at::Tensor& input, const at::Tensor& mean, const at::Tensor& var,
+    const std::optional<at::Tensor>& bn_weight, const std::optional<at::Tensor>& bn_bias,
+    double bn_eps, at::IntArrayRef kernel_size, at::IntArrayRef pool_stride,
+    at::IntArrayRef pool_padding, at::IntArrayRef pool_dilation, int64_t num_groups,
+    const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
+    double gn_eps) {
+  constexpr const char* kOp = "batch_norm_tanh_max_pool2d_group_norm";
+  MYOPS_CHECK_ARG(input.dim() == 4, kOp, "input", "must be a 4-D tensor [N, C, H, W], got ",
+                  input.dim(), "-D");
+  check_floating(kOp, "input", input);
+  const int64_t N = input.size(0), C = input.size(1);
+  check_batch_norm_stats(kOp, input, C, mean, var, bn_weight, bn_bias);
+  const Pool2dParams q = check_max_pool2d(kOp, input.size(2), input.size(3), kernel_size,
+                                          pool_stride, pool_padding, pool_dilation);
+  check_group_norm_channels(kOp, input, C, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto dtype = kernel_dtype(input.scalar_type());
+  // 1) BN + tanh + max-pool, writing the pooled tensor and (count, mean, M2) per (n, c) plane;
+  // 2) fixed-order reduction to mean / rstd per (n, group); 3) normalise in place.
+  const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor x = input.contiguous();
+  const at::Tensor m = mean.to(stats_dtype).contiguous(), v = var.to(stats_dtype).contiguous();
+  const at::Tensor w = contiguous_or_undefined(bn_weight), b = contiguous_or_undefined(bn_bias);
+  at::Tensor out = at::empty({N, C, q.PH, q.PW}, x.options());
+  at::Tensor plane_stats = at::empty({N, C, 1, 3}, x.options().dtype(stats_dtype));
+  check_launch(cuda::batch_norm_tanh_max_pool2d(x.const_data_ptr(), dtype, N, C, q, m.const_data_ptr(),
+                                                v.const_data_ptr(), ptr_or_null(w), ptr_or_null(b), bn_eps,
+                                                out.data_ptr(), plane_stats.data_ptr(), stream),
+               kOp);
+  const auto stat_opts = x.options().dtype(at::kDouble);
+  at::Tensor gmean = at::empty({N * num_groups}, stat_opts), grstd = at::empty({N * num_groups}, stat_opts);
+  check_launch(cuda::group_norm_stats_from_tiles(plane_stats.const_data_ptr(), dtype, N, C, 1, num_groups, gn_eps,
+                                                 gmean.data_ptr<double>(), grstd.data_ptr<double>(), stream),
+               kOp);
+  group_norm_apply(kOp, out, out, num_groups, gmean, grstd, gn_weight, gn_bias);
+  return out.contiguous(output_memory_format(input));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(myops, CUDA, m) {
@@ -149,6 +223,8 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("gelu", &gelu_cuda);
   m.impl("group_norm", &group_norm_cuda);
   m.impl("conv_transpose2d_gelu_group_norm", &conv_transpose2d_gelu_group_norm_cuda);
+  m.impl("conv_transpose2d_channel_stats", &conv_transpose2d_channel_stats_cuda);
+  m.impl("batch_norm_tanh_max_pool2d_group_norm", &batch_norm_tanh_max_pool2d_group_norm_cuda);
 }
 
 }  // namespace myops

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cuda/dtype_traits.cuh"
+#include "cuda/moments.cuh"
 #include "cuda/norm_act.cuh"
 
 namespace myops {
@@ -121,16 +122,6 @@ __global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel,
 }
 
 // ---- GroupNorm statistics from the conv epilogue's tile partials -----------------------------
-struct Moments {
-  double n, mean, m2;
-};
-__device__ inline Moments combine(Moments a, Moments b) {  // Chan et al.
-  const double n = a.n + b.n;
-  if (n == 0) return a;
-  const double delta = b.mean - a.mean;
-  return {n, a.mean + delta * (b.n / n), a.m2 + b.m2 + delta * delta * (a.n * b.n / n)};
-}
-
 template <typename S>
 __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64_t per_group,
                                               double eps, double* __restrict__ mean,
@@ -140,16 +131,10 @@ __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64
   Moments acc{0, 0, 0};
   for (int64_t i = threadIdx.x; i < per_group; i += kThreads)
     acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
-  __shared__ Moments red[kThreads];
-  red[threadIdx.x] = acc;
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) red[threadIdx.x] = combine(red[threadIdx.x], red[threadIdx.x + width]);
-    __syncthreads();
-  }
+  const Moments all = block_combine<kThreads>(acc);
   if (threadIdx.x == 0) {
-    mean[blockIdx.x] = red[0].mean;
-    rstd[blockIdx.x] = rsqrt(red[0].m2 / red[0].n + eps);
+    mean[blockIdx.x] = all.mean;
+    rstd[blockIdx.x] = rsqrt(all.m2 / all.n + eps);
   }
 }
 

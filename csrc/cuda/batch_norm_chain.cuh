@@ -1,0 +1,26 @@
+#pragma once
+// Kernels of the L2_11 chain beyond the convolution: BatchNorm statistics per channel from the
+// conv epilogue's tile partials, and one pass applying batch_norm (given statistics) -> tanh ->
+// max_pool2d that also writes GroupNorm partials per (n, c) plane of the pooled tensor. The
+// GroupNorm then finishes with group_norm_stats_from_tiles (one "tile" per plane) and
+// group_norm_apply (norm_act.cuh).
+#include "cuda/launch.cuh"
+
+namespace myops {
+namespace cuda {
+
+// tile_stats: [N][C][tiles][3] (count, mean, M2) in S (double for float64 tensors (dtype), else
+// float); writes per channel the mean and the biased variance over all N and tiles, in S.
+cudaError_t channel_stats_from_tiles(const void* tile_stats, DType dtype, int64_t N, int64_t C,
+                                     int64_t tiles, void* mean, void* var, cudaStream_t stream);
+
+// x: contiguous [N, C, q.H, q.W] of dtype; mean / var: [C] in S (as above); bn_weight / bn_bias:
+// nullable [C] of dtype. y: contiguous [N, C, q.PH, q.PW] = max_pool2d(tanh((x - mean) *
+// rsqrt(var + eps) * w + b)); plane_stats: [N * C][3] (count, mean, M2) of y as stored, in S.
+cudaError_t batch_norm_tanh_max_pool2d(const void* x, DType dtype, int64_t N, int64_t C,
+                                       const Pool2dParams& q, const void* mean, const void* var,
+                                       const void* bn_weight, const void* bn_bias, double eps,
+                                       void* y, void* plane_stats, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace myops

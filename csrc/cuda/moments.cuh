@@ -1,0 +1,34 @@
+#pragma once
+// (count, mean, M2) partial statistics and their fixed-order combination (Chan et al.), shared by
+// the reductions in norm_act.cu and batch_norm_chain.cu: no float atomics, so results do not
+// depend on scheduling.
+namespace myops {
+namespace cuda {
+
+struct Moments {
+  double n, mean, m2;
+};
+
+__device__ inline Moments combine(Moments a, Moments b) {
+  const double n = a.n + b.n;
+  if (n == 0) return a;
+  const double delta = b.mean - a.mean;
+  return {n, a.mean + delta * (b.n / n), a.m2 + b.m2 + delta * delta * (a.n * b.n / n)};
+}
+
+// Tree-combines one Moments per thread of a block of kThreads (a power of two); the result is
+// valid in thread 0.
+template <int kThreads>
+__device__ inline Moments block_combine(Moments m) {
+  __shared__ Moments red[kThreads];
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) red[threadIdx.x] = combine(red[threadIdx.x], red[threadIdx.x + width]);
+    __syncthreads();
+  }
+  return red[0];
+}
+
+}  // namespace cuda
+}  // namespace myops
