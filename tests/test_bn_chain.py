@@ -162,10 +162,10 @@ def test_max_pool_ties_route_gradient_like_pytorch():
     x = torch.zeros(1, 2, 4, 4, dtype=torch.float64, requires_grad=True)
     mean, var = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
     gb = torch.tensor([0.5, -1.0], dtype=torch.float64)
-    out = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(x, mean, var, None, None, 0.0, [2, 2], [2, 2],
+    out = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(x, mean, var, None, None, 1e-5, [2, 2], [2, 2],
                                                                 [0, 0], [1, 1], 1, None, gb, 1e-5)
     xr = x.detach().clone().requires_grad_()
-    ref = F.group_norm(F.max_pool2d(torch.tanh(F.batch_norm(xr, mean, var, None, None, False, 0.0, 0.0)), 2), 1,
+    ref = F.group_norm(F.max_pool2d(torch.tanh(F.batch_norm(xr, mean, var, None, None, False, 0.0, 1e-5)), 2), 1,
                        None, gb, 1e-5)
     g = torch.arange(out.numel(), dtype=torch.float64).view_as(out)
     out.backward(g)
