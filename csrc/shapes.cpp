@@ -179,6 +179,22 @@ void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t cha
   if (bias.has_value()) check_vector(op, "bn_bias", *bias, input, channels, "one per channel");
 }
 
+Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(
+    const char* op, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& var,
+    const std::optional<at::Tensor>& bn_weight, const std::optional<at::Tensor>& bn_bias,
+    at::IntArrayRef kernel_size, at::IntArrayRef pool_stride, at::IntArrayRef pool_padding,
+    at::IntArrayRef pool_dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
+    const std::optional<at::Tensor>& gn_bias) {
+  MYOPS_CHECK_ARG(input.dim() == 4, op, "input", "must be a 4-D tensor [N, C, H, W], got ", input.dim(), "-D");
+  check_floating(op, "input", input);
+  const int64_t C = input.size(1);
+  check_batch_norm_stats(op, input, C, mean, var, bn_weight, bn_bias);
+  const Pool2dParams q = check_max_pool2d(op, input.size(2), input.size(3), kernel_size, pool_stride,
+                                          pool_padding, pool_dilation);
+  check_group_norm_channels(op, input, C, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
+  return q;
+}
+
 at::MemoryFormat output_memory_format(const at::Tensor& input) {
   if (input.dim() == 4 && !input.is_contiguous() &&
       input.is_contiguous(at::MemoryFormat::ChannelsLast)) {

@@ -90,6 +90,15 @@ void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t cha
                             const std::optional<at::Tensor>& weight,
                             const std::optional<at::Tensor>& bias);
 
+// All checks of batch_norm_tanh_max_pool2d_group_norm (shared by its CPU and CUDA kernels); returns
+// the pooling geometry.
+Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(
+    const char* op, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& var,
+    const std::optional<at::Tensor>& bn_weight, const std::optional<at::Tensor>& bn_bias,
+    at::IntArrayRef kernel_size, at::IntArrayRef pool_stride, at::IntArrayRef pool_padding,
+    at::IntArrayRef pool_dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
+    const std::optional<at::Tensor>& gn_bias);
+
 // Floating dtypes the kernels implement.
 void check_floating(const char* op, const char* arg, const at::Tensor& t);
 

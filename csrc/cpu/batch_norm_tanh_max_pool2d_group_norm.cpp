@@ -70,14 +70,10 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cpu(
     at::IntArrayRef pool_padding, at::IntArrayRef pool_dilation, int64_t num_groups,
     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
     double gn_eps) {
-  MYOPS_CHECK_ARG(input.dim() == 4, kOp, "input", "must be a 4-D tensor [N, C, H, W], got ",
-                  input.dim(), "-D");
-  check_floating(kOp, "input", input);
+  const Pool2dParams q = check_batch_norm_tanh_max_pool2d_group_norm(
+      kOp, input, mean, var, bn_weight, bn_bias, kernel_size, pool_stride, pool_padding, pool_dilation,
+      num_groups, gn_weight, gn_bias);
   const int64_t C = input.size(1);
-  check_batch_norm_stats(kOp, input, C, mean, var, bn_weight, bn_bias);
-  const Pool2dParams q = check_max_pool2d(kOp, input.size(2), input.size(3), kernel_size,
-                                          pool_stride, pool_padding, pool_dilation);
-  check_group_norm_channels(kOp, input, C, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
   const at::Tensor x = input.contiguous();
   const auto [scale, shift] = fold_batch_norm(mean, var, bn_weight, bn_bias, bn_eps);
   at::Tensor pooled = at::empty({x.size(0), C, q.PH, q.PW}, x.options().dtype(compute_dtype(x.scalar_type())));

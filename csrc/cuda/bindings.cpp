@@ -36,6 +36,12 @@ at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
   return t.has_value() ? t->contiguous() : at::Tensor();
 }
 
+// An [N, C, *] tensor as [N, C, HW] (the normalisation kernels' view).
+std::tuple<int64_t, int64_t, int64_t> n_c_hw(const at::Tensor& x) {
+  const int64_t N = x.size(0), C = x.size(1);
+  return {N, C, N * C == 0 ? 0 : x.numel() / (N * C)};
+}
+
 cuda::Fp32Math fp32_math() {
   // PyTorch's flag for convolutions: TF32 unless torch.backends.cudnn.allow_tf32 is off
   return at::globalContext().allowTF32CuDNN() ? cuda::Fp32Math::TF32 : cuda::Fp32Math::Exact;
@@ -87,7 +93,7 @@ at::Tensor gelu_cuda(const at::Tensor& self, c10::string_view approximate) {
 void group_norm_apply(const char* op, const at::Tensor& x, at::Tensor& y, int64_t num_groups,
                       const at::Tensor& mean, const at::Tensor& rstd,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
-  const int64_t N = x.size(0), C = x.size(1), HW = N * C == 0 ? 0 : x.numel() / (N * C);
+  const auto [N, C, HW] = n_c_hw(x);
   const at::Tensor gamma = contiguous_or_undefined(weight), beta = contiguous_or_undefined(bias);
   check_launch(cuda::group_norm_apply(x.const_data_ptr(), y.data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW,
                                       num_groups, mean.const_data_ptr<double>(), rstd.const_data_ptr<double>(),
@@ -102,7 +108,7 @@ at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor x = input.contiguous();
   at::Tensor out = at::empty_like(x);
-  const int64_t N = x.size(0), C = x.size(1), HW = N * C == 0 ? 0 : x.numel() / (N * C);
+  const auto [N, C, HW] = n_c_hw(x);
   const auto stat_opts = x.options().dtype(at::kDouble);
   at::Tensor mean = at::empty({N * num_groups}, stat_opts), rstd = at::empty({N * num_groups}, stat_opts);
   check_launch(cuda::group_norm_stats(x.const_data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW, num_groups,
@@ -184,14 +190,10 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
     double gn_eps) {
   constexpr const char* kOp = "batch_norm_tanh_max_pool2d_group_norm";
-  MYOPS_CHECK_ARG(input.dim() == 4, kOp, "input", "must be a 4-D tensor [N, C, H, W], got ",
-                  input.dim(), "-D");
-  check_floating(kOp, "input", input);
+  const Pool2dParams q = check_batch_norm_tanh_max_pool2d_group_norm(
+      kOp, input, mean, var, bn_weight, bn_bias, kernel_size, pool_stride, pool_padding, pool_dilation,
+      num_groups, gn_weight, gn_bias);
   const int64_t N = input.size(0), C = input.size(1);
-  check_batch_norm_stats(kOp, input, C, mean, var, bn_weight, bn_bias);
-  const Pool2dParams q = check_max_pool2d(kOp, input.size(2), input.size(3), kernel_size,
-                                          pool_stride, pool_padding, pool_dilation);
-  check_group_norm_channels(kOp, input, C, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
   const c10::cuda::CUDAGuard guard(input.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto dtype = kernel_dtype(input.scalar_type());
