@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#include <array>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 #include "cuda/conv_common.cuh"
 #include "cuda/conv_transpose2d_mma.cuh"
@@ -289,14 +292,38 @@ cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out
 
 }  // namespace
 
-ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
-  const char* disable = std::getenv("MYOPS_DISABLE_MMA");
+namespace {
+
+ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_mma) {
   ConvPlan plan;
-  plan.mma = !(disable && disable[0] == '1');
-  if (plan.mma) plan.tiling = conv_mma_tiling(p, dtype, fp32_math);
+  if (allow_mma) plan.tiling = conv_mma_tiling(p, dtype, fp32_math);
   plan.mma = plan.tiling.mt > 0;
   plan.tiles_per_sample = plan.mma ? conv_mma_tiles_per_sample(p, plan.tiling) : generic_tiles_per_sample(p);
   plan.prepared_numel = plan.mma ? conv_mma_prepared_weight_numel(p, dtype, plan.tiling) : p.C_in * p.C_out_g * p.kH * p.kW;
+  return plan;
+}
+
+}  // namespace
+
+ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
+  const char* disable = std::getenv("MYOPS_DISABLE_MMA");
+  const bool allow_mma = !(disable && disable[0] == '1');
+  // The tiling search costs tens to hundreds of microseconds of host time, as much as a small
+  // layer's kernels: plans are cached by everything they depend on (not the batch size).
+  using Key = std::array<int64_t, 17>;
+  const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
+                p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math), allow_mma};
+  static std::mutex mutex;
+  static std::map<Key, ConvPlan> cache;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const ConvPlan plan = make_plan(p, dtype, fp32_math, allow_mma);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (cache.size() >= 4096) cache.clear();  // bounded: a stream of new shapes cannot grow it forever
+  cache.emplace(key, plan);
   return plan;
 }
 
