@@ -228,39 +228,25 @@ aten.add.Tensor""")
         torch.testing.assert_close(gm(x), model(x), atol=1e-4, rtol=1e-4)
 
 
-AOTI_SCRIPT = r"""
-import sys, torch, torch.nn as nn
-import myops
-
-class CallsMyops(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(4, 6, 3, 3))
-        self.gw = nn.Parameter(torch.randn(6))
-
-    def forward(self, x):
-        y = torch.ops.myops.conv_transpose2d_gelu_group_norm(
-            x, self.w, None, [2, 2], [1, 1], [1, 1], 1, [1, 1], "tanh", 3, self.gw, None, 1e-5)
-        return torch.ops.myops.gelu(y) + torch.ops.myops.group_norm(y, 2, None, None, 1e-5)
-
-model = CallsMyops().eval()
-x = torch.randn(2, 4, 5, 5)
-ep = torch.export.export(model, (x,))
-torch.testing.assert_close(ep.module()(x), model(x))
-path = torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[1])
-loaded = torch._inductor.aoti_load_package(path)
-with torch.no_grad():
-    torch.testing.assert_close(loaded(x), model(x), atol=1e-5, rtol=1e-5)
-print("AOTI OK")
-"""
 
 
 def test_export_and_aot_inductor_package(tmp_path):
-    # in a child process: a native crash while loading a package must fail this test, not the run
+    # Child processes: a native crash while loading a package must fail this test, not the run.
+    # The plain control (no myops op) runs first: where AOTInductor cannot load even that model
+    # (the torch 2.11 GPU image: its generated wrapper crashes in std::regex), the test skips
+    # with the control's status instead of blaming myops.
+    import os
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, "-c", AOTI_SCRIPT, str(tmp_path / "model.pt2")],
-                          capture_output=True, text=True, timeout=600)
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+    scripts = os.path.join(root, "scripts")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    control = subprocess.run([sys.executable, os.path.join(scripts, "aoti_control.py")],
+                             capture_output=True, text=True, timeout=600, env=env)
+    if control.returncode != 0 or "plain AOTI OK" not in control.stderr:
+        pytest.skip(f"AOTInductor fails here without myops too (plain control exit {control.returncode})")
+    proc = subprocess.run([sys.executable, os.path.join(scripts, "aoti_myops_case.py"), str(tmp_path / "model.pt2")],
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0 and "AOTI OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
