@@ -350,3 +350,31 @@ def test_bn_chain_negative_cases(variant):
     with no_cache(), torch.no_grad():
         _close(torch.compile(model, fullgraph=True)(x), model(x), 1e-4)
     assert mc.stats()[BN_CHAIN] == 0
+
+
+class TestRewrittenBatchNormChain(expecttest.TestCase):
+    def test_training_graph_after_rewrite(self):
+        """The Dynamo graph the pre-grad pass leaves for a training BnBlock: BatchNorm's own
+        num_batches_tracked bookkeeping stays, the chain becomes one call of the Python API."""
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+
+        class Recorder(CustomGraphPass):
+            def __init__(self):
+                self.inner, self.ops = mc.MyopsFusionPass(), []
+
+            def __call__(self, graph):
+                self.inner(graph)
+                self.ops = [getattr(n.target, "__name__", str(n.target)) for n in graph.nodes
+                            if n.op in ("call_function", "call_method")]
+
+            def uuid(self):
+                return self.inner.uuid()
+
+        recorder = Recorder()
+        model = BnBlock()
+        with no_cache(), torch._inductor.config.patch(pre_grad_custom_pass=recorder):
+            out = torch.compile(model, fullgraph=True)(torch.randn(2, 8, 7, 6))
+        self.assertExpectedInline("\n".join(recorder.ops), """\
+add_
+conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm""")
+        self.assertEqual(out.shape, (2, 16, 4, 4))
