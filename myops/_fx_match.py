@@ -112,6 +112,16 @@ def _group_norm_of(node: fx.Node):
     return None, None
 
 
+def _group_norm_sites(graph: fx.Graph):
+    """(group_norm node, node to replace, bound arguments) for every group_norm over a node: where
+    a chain can end. Iterates over a snapshot, so the caller may rewrite the graph meanwhile (a
+    rewrite only erases the chain's nodes, which come before the group_norm being visited)."""
+    for node in list(graph.nodes):
+        out_node, gn = _group_norm_of(node)
+        if gn is not None and isinstance(gn["input"], fx.Node):
+            yield node, out_node, gn
+
+
 def _is_tanh(node: fx.Node) -> bool:
     if node.op == "call_function":
         return node.target in (torch.tanh, F.tanh, aten.tanh.default) and len(node.args) == 1 and not node.kwargs
@@ -187,15 +197,10 @@ def _rewrite_batch_norm_chains(graph: fx.Graph) -> int:
     return count
 
 
-def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False) -> Dict[str, int]:
-    """Rewrites the chains in place; returns {pattern name: replacements}."""
-    counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
-              "conv_transpose2d": 0}
-    counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph)
-    for node in list(graph.nodes):
-        out_node, gn = _group_norm_of(node)
-        if gn is None or not isinstance(gn["input"], fx.Node):
-            continue
+def _rewrite_gelu_chains(graph: fx.Graph) -> int:
+    """conv_transpose2d -> gelu -> group_norm: replaced by the fused op."""
+    count = 0
+    for node, out_node, gn in _group_norm_sites(graph):
         gelu_node = gn["input"]
         gelu = _bind(gelu_node, _GELU_SIGNATURES)
         if gelu is None or gelu["approximate"] not in ("none", "tanh") or not isinstance(gelu["input"], fx.Node):
@@ -208,7 +213,16 @@ def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False) -> Dict[str, i
             continue
         _replace(graph, out_node, [node, gelu_node, conv_node], torch.ops.myops.conv_transpose2d_gelu_group_norm.default,
                  (*conv, gelu["approximate"], gn["num_groups"], gn["weight"], gn["bias"], float(gn["eps"])))
-        counts["conv_transpose2d_gelu_group_norm"] += 1
+        count += 1
+    return count
+
+
+def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False) -> Dict[str, int]:
+    """Rewrites the chains in place; returns {pattern name: replacements}."""
+    counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
+              "conv_transpose2d": 0}
+    counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph)
+    counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph)
     if standalone_conv:
         for node in list(graph.nodes):
             conv = _conv_args(node)
