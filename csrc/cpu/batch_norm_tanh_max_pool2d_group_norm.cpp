@@ -1,6 +1,6 @@
 // batch_norm (given statistics) -> tanh -> max_pool2d -> group_norm on the CPU. BatchNorm folds
-// into a per-channel scale / shift; each (sample, channel) plane is pooled straight from the input
-// (tanh of the affine value at every window tap, in the compute dtype), then the pooled tensor is
+// into a per-channel scale / shift; each (sample, channel) plane gets BN + tanh once per element
+// (vectorised for float32) into a scratch plane, is max-pooled from it, and the pooled tensor is
 // group-normalised into the output dtype.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -9,9 +9,11 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "cpu/cpu_kernels.h"
 #include "cpu/group_norm_groups.h"
+#include "cpu/vec_kernels.h"
 #include "shapes.h"
 
 namespace myops {
@@ -30,6 +32,22 @@ std::pair<at::Tensor, at::Tensor> fold_batch_norm(const at::Tensor& mean, const 
   return {scale.contiguous(), shift.contiguous()};
 }
 
+// tanh(x * a + b) over one plane into `act` (compute dtype): float32 through the vectorised
+// tanh, float64 through libm.
+template <typename scalar_t, typename compute_t>
+void affine_tanh_plane(const scalar_t* in, compute_t* act, int64_t n, compute_t a, compute_t b) {
+  if constexpr (std::is_same_v<compute_t, float>) {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      vec::affine_tanh_f32(in, act, n, a, b);
+    } else {
+      for (int64_t i = 0; i < n; ++i) act[i] = static_cast<float>(in[i]);
+      vec::affine_tanh_f32(act, act, n, a, b);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) act[i] = std::tanh(static_cast<compute_t>(in[i]) * a + b);
+  }
+}
+
 template <typename scalar_t, typename compute_t>
 void bn_tanh_pool(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift,
                   const Pool2dParams& q, at::Tensor& pooled) {
@@ -39,10 +57,11 @@ void bn_tanh_pool(const at::Tensor& x, const at::Tensor& scale, const at::Tensor
   const double* sc = scale.const_data_ptr<double>();
   const double* sh = shift.const_data_ptr<double>();
   at::parallel_for(0, N * C, 1, [&](int64_t begin, int64_t end) {
+    std::vector<compute_t> act(q.H * q.W);  // the plane after BN + tanh, each element once
     for (int64_t plane = begin; plane < end; ++plane) {
       const int64_t c = plane % C;
-      const compute_t a = static_cast<compute_t>(sc[c]), b = static_cast<compute_t>(sh[c]);
-      const scalar_t* in = xp + plane * q.H * q.W;
+      affine_tanh_plane<scalar_t, compute_t>(xp + plane * q.H * q.W, act.data(), q.H * q.W,
+                                             static_cast<compute_t>(sc[c]), static_cast<compute_t>(sh[c]));
       compute_t* out = pp + plane * q.PH * q.PW;
       for (int64_t ph = 0; ph < q.PH; ++ph)
         for (int64_t pw = 0; pw < q.PW; ++pw) {
@@ -53,7 +72,7 @@ void bn_tanh_pool(const at::Tensor& x, const at::Tensor& scale, const at::Tensor
             for (int64_t j = 0; j < q.kW; ++j) {
               const int64_t w = pw * q.sW - q.pW + j * q.dW;
               if (w < 0 || w >= q.W) continue;
-              const compute_t v = std::tanh(static_cast<compute_t>(in[h * q.W + w]) * a + b);
+              const compute_t v = act[h * q.W + w];
               if (v > best || std::isnan(v)) best = v;  // NaN propagates, as in max_pool2d
             }
           }

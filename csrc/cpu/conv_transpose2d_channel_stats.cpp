@@ -5,9 +5,12 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <limits>
 #include <tuple>
+#include <type_traits>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/vec_kernels.h"
 #include "shapes.h"
 
 namespace myops {
@@ -27,15 +30,27 @@ void channel_stats(const at::Tensor& y, at::Tensor& mean, at::Tensor& var) {
       double sum = 0;
       for (int64_t n = 0; n < N; ++n) {
         const scalar_t* plane = yp + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) sum += static_cast<double>(plane[i]);
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          double s = 0;
+          vec::sum_f32(plane, HW, s);
+          sum += s;
+        } else {
+          for (int64_t i = 0; i < HW; ++i) sum += static_cast<double>(plane[i]);
+        }
       }
       const double mu = count > 0 ? sum / count : 0.0;
       double m2 = 0;
       for (int64_t n = 0; n < N; ++n) {
         const scalar_t* plane = yp + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) {
-          const double d = static_cast<double>(plane[i]) - mu;
-          m2 += d * d;
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          double s = 0;
+          vec::sum_sq_dev_f32(plane, HW, mu, s);
+          m2 += s;
+        } else {
+          for (int64_t i = 0; i < HW; ++i) {
+            const double d = static_cast<double>(plane[i]) - mu;
+            m2 += d * d;
+          }
         }
       }
       mp[c] = static_cast<stat_t>(mu);

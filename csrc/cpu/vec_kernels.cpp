@@ -38,6 +38,11 @@ MYOPS_MULTIVERSION void sum_sq_dev_f32(const float* x, int64_t n, double center,
   m2 = s;
 }
 
+MYOPS_MULTIVERSION void affine_tanh_f32(const float* x, float* y, int64_t n, float scale, float shift) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = tanh_f32(x[i] * scale + shift);
+}
+
 MYOPS_MULTIVERSION void normalize_f32(const float* x, float* y, int64_t n, float mean, float scale,
                                       float shift) {
 #pragma omp simd
