@@ -28,14 +28,14 @@ int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Everything the kernel and the host need about one phase of a tiling.
+// One phase of a tiling, on the host (the kernel gets the 32-bit PhaseTable built from these).
 struct PhaseTile {
-  int64_t rh, rw, OHp, OWp, tiles_w, tiles, tile, tap_base;
+  int64_t rh, rw, OHp, OWp, tiles_w, tiles;
   PhaseTaps th, tw;
   int hrows, hcols;  // input halo of one tile
 };
 
-__host__ __device__ inline PhaseTile phase_tile(const ConvTranspose2dParams& p, const MmaTiling& t,
+PhaseTile phase_tile(const ConvTranspose2dParams& p, const MmaTiling& t,
                                                 int64_t rh, int64_t rw) {
   PhaseTile ph;
   ph.rh = rh;
@@ -48,8 +48,6 @@ __host__ __device__ inline PhaseTile phase_tile(const ConvTranspose2dParams& p, 
   ph.tiles = ((ph.OHp + t.th - 1) / t.th) * ph.tiles_w;
   ph.hrows = t.th + static_cast<int>(ph.th.count > 0 ? (ph.th.count - 1) * ph.th.off_step : 0);
   ph.hcols = t.tw + static_cast<int>(ph.tw.count > 0 ? (ph.tw.count - 1) * ph.tw.off_step : 0);
-  ph.tile = 0;
-  ph.tap_base = 0;
   return ph;
 }
 
@@ -203,7 +201,7 @@ __global__ void __launch_bounds__(128 * WM, 2)
     auto t_stage = [&](int64_t s) { return smem + 2 * sl.w_stage + (s & 1) * sl.t_stage; };
 
     // The halo pixels this thread stages: offset in a channel plane (the host guarantees
-    // H * W < 2^31) and index in the halo (-1: none). Pixels outside the image load a valid
+    // 16 * H * W < 2^31, so a chunk's planes are 32-bit reachable) and index in the halo (-1: none). Pixels outside the image load a valid
     // address and are zeroed when stored: the loads carry no branches.
     const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
     const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
