@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/elementwise.h"
 #include "cpu/group_norm_groups.h"
-#include "cpu/vec_kernels.h"
 #include "shapes.h"
 
 namespace myops {
@@ -32,17 +32,12 @@ std::pair<at::Tensor, at::Tensor> fold_batch_norm(const at::Tensor& mean, const 
   return {scale.contiguous(), shift.contiguous()};
 }
 
-// tanh(x * a + b) over one plane into `act` (compute dtype): float32 through the vectorised
-// tanh, float64 through libm.
+// tanh(x * a + b) over one plane into `act` (compute dtype): float32 / 16-bit inputs through the
+// vectorised tanh (map_as_f32 converts 16-bit chunks), float64 through libm.
 template <typename scalar_t, typename compute_t>
 void affine_tanh_plane(const scalar_t* in, compute_t* act, int64_t n, compute_t a, compute_t b) {
   if constexpr (std::is_same_v<compute_t, float>) {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      vec::affine_tanh_f32(in, act, n, a, b);
-    } else {
-      for (int64_t i = 0; i < n; ++i) act[i] = static_cast<float>(in[i]);
-      vec::affine_tanh_f32(act, act, n, a, b);
-    }
+    map_as_f32(in, act, n, [a, b](const float* x, float* y, int64_t m) { vec::affine_tanh_f32(x, y, m, a, b); });
   } else {
     for (int64_t i = 0; i < n; ++i) act[i] = std::tanh(static_cast<compute_t>(in[i]) * a + b);
   }

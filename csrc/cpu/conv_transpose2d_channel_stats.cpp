@@ -1,16 +1,16 @@
 // conv_transpose2d with the per-channel batch statistics BatchNorm's training mode needs: the
 // mean and biased variance over (N, H, W) of the output as stored (rounded to its dtype), in
-// float32 (float64 for float64 input). Two passes per channel in float64: mean, then M2.
+// float32 (float64 for float64 input). Two passes per channel in float64 (elementwise.h's
+// vectorised spans): mean, then M2.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <limits>
 #include <tuple>
-#include <type_traits>
 
 #include "cpu/cpu_kernels.h"
-#include "cpu/vec_kernels.h"
+#include "cpu/elementwise.h"
 #include "shapes.h"
 
 namespace myops {
@@ -28,31 +28,10 @@ void channel_stats(const at::Tensor& y, at::Tensor& mean, at::Tensor& var) {
   at::parallel_for(0, C, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       double sum = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const scalar_t* plane = yp + (n * C + c) * HW;
-        if constexpr (std::is_same_v<scalar_t, float>) {
-          double s = 0;
-          vec::sum_f32(plane, HW, s);
-          sum += s;
-        } else {
-          for (int64_t i = 0; i < HW; ++i) sum += static_cast<double>(plane[i]);
-        }
-      }
+      for (int64_t n = 0; n < N; ++n) sum += sum_span(yp + (n * C + c) * HW, HW);
       const double mu = count > 0 ? sum / count : 0.0;
       double m2 = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const scalar_t* plane = yp + (n * C + c) * HW;
-        if constexpr (std::is_same_v<scalar_t, float>) {
-          double s = 0;
-          vec::sum_sq_dev_f32(plane, HW, mu, s);
-          m2 += s;
-        } else {
-          for (int64_t i = 0; i < HW; ++i) {
-            const double d = static_cast<double>(plane[i]) - mu;
-            m2 += d * d;
-          }
-        }
-      }
+      for (int64_t n = 0; n < N; ++n) m2 += sum_sq_dev_span(yp + (n * C + c) * HW, HW, mu);
       mp[c] = static_cast<stat_t>(mu);
       // no elements: NaN, as torch.var_mean gives
       vp[c] = static_cast<stat_t>(count > 0 ? m2 / count : std::numeric_limits<double>::quiet_NaN());

@@ -62,20 +62,35 @@ void gelu_span(const in_t* in, out_t* out, int64_t n, GeluApprox approx) {
   }
 }
 
+// Sum of x[0, n) and sum of squared deviations from `center`, accumulated in float64 (float32 /
+// 16-bit inputs through the vectorised kernels).
+template <typename in_t>
+double sum_span(const in_t* x, int64_t n) {
+  double sum = 0;
+  if constexpr (std::is_same_v<in_t, double>) {
+    for (int64_t i = 0; i < n; ++i) sum += x[i];
+  } else {
+    scan_as_f32(x, n, [&](const float* a, int64_t m) { double s; vec::sum_f32(a, m, s); sum += s; });
+  }
+  return sum;
+}
+
+template <typename in_t>
+double sum_sq_dev_span(const in_t* x, int64_t n, double center) {
+  double m2 = 0;
+  if constexpr (std::is_same_v<in_t, double>) {
+    for (int64_t i = 0; i < n; ++i) m2 += (x[i] - center) * (x[i] - center);
+  } else {
+    scan_as_f32(x, n, [&](const float* a, int64_t m) { double s; vec::sum_sq_dev_f32(a, m, center, s); m2 += s; });
+  }
+  return m2;
+}
+
 // Mean and 1/sqrt(var + eps) of x[0, n), accumulated in float64 with a two-pass variance.
 template <typename in_t>
 void mean_rstd(const in_t* x, int64_t n, double eps, double& mean, double& rstd) {
-  double sum = 0, m2 = 0;
-  if constexpr (std::is_same_v<in_t, double>) {
-    for (int64_t i = 0; i < n; ++i) sum += x[i];
-    mean = sum / static_cast<double>(n);
-    for (int64_t i = 0; i < n; ++i) m2 += (x[i] - mean) * (x[i] - mean);
-  } else {
-    scan_as_f32(x, n, [&](const float* a, int64_t m) { double s; vec::sum_f32(a, m, s); sum += s; });
-    mean = sum / static_cast<double>(n);
-    scan_as_f32(x, n, [&](const float* a, int64_t m) { double s; vec::sum_sq_dev_f32(a, m, mean, s); m2 += s; });
-  }
-  rstd = 1.0 / std::sqrt(m2 / static_cast<double>(n) + eps);
+  mean = sum_span(x, n) / static_cast<double>(n);
+  rstd = 1.0 / std::sqrt(sum_sq_dev_span(x, n, mean) / static_cast<double>(n) + eps);
 }
 
 // One (sample, group) slice of group_norm: x and y are [C_g, HW] contiguous; gamma / beta point at
