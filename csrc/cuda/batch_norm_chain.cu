@@ -97,25 +97,14 @@ __global__ void bn_tanh_pool_kernel(const T* __restrict__ x, int64_t planes, int
   }
 }
 
-template <typename F>
-cudaError_t dispatch(DType dtype, F f) {
-  switch (dtype) {
-    case DType::F32: return f(float{}, float{});
-    case DType::F64: return f(double{}, double{});
-    case DType::F16: return f(__half{}, float{});
-    case DType::BF16: return f(__nv_bfloat16{}, float{});
-  }
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 cudaError_t channel_stats_from_tiles(const void* tile_stats, DType dtype, int64_t N, int64_t C,
                                      int64_t tiles, void* mean, void* var, cudaStream_t stream) {
   if (C == 0) return cudaSuccess;
   if (C > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  return dispatch(dtype, [&](auto, auto s_tag) {
-    using S = decltype(s_tag);
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using S = typename DTypeTraits<decltype(tag)>::acc_t;  // float64 for float64, else float
     channel_stats_kernel<S><<<static_cast<unsigned>(C), kThreads, 0, stream>>>(
         static_cast<const S*>(tile_stats), N, C, tiles, static_cast<S*>(mean), static_cast<S*>(var));
     return cudaGetLastError();
@@ -134,9 +123,9 @@ cudaError_t batch_norm_tanh_max_pool2d(const void* x, DType dtype, int64_t N, in
   if (blocks > 0x7fffffff || C > lim || q.H * q.W > lim || q.PH * q.PW > lim || q.sH * q.PH + q.dH * q.kH > lim ||
       q.sW * q.PW + q.dW * q.kW > lim)
     return cudaErrorInvalidConfiguration;
-  return dispatch(dtype, [&](auto t_tag, auto s_tag) {
-    using T = decltype(t_tag);
-    using S = decltype(s_tag);
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using S = typename DTypeTraits<T>::acc_t;  // the statistics' type: float64 for float64, else float
     bn_tanh_pool_kernel<T, S><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         static_cast<const T*>(x), planes, static_cast<int>(C), q, static_cast<const S*>(mean), static_cast<const S*>(var),
         static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), eps, static_cast<T*>(y),

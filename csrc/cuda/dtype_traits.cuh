@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include "cuda/launch.cuh"
+
 namespace myops {
 namespace cuda {
 
@@ -81,6 +83,18 @@ template <>
 struct DTypeTraits<__half> : Half16Traits<__half> {};
 template <>
 struct DTypeTraits<__nv_bfloat16> : Half16Traits<__nv_bfloat16> {};
+
+// Calls f(T{}) with the element type of dtype (the launch functions' dtype switch).
+template <typename F>
+cudaError_t dispatch_dtype(DType dtype, F f) {
+  switch (dtype) {
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    case DType::F16: return f(__half{});
+    case DType::BF16: return f(__nv_bfloat16{});
+  }
+  return cudaErrorInvalidValue;
+}
 
 }  // namespace cuda
 }  // namespace myops

@@ -214,22 +214,11 @@ cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t H
   return cudaGetLastError();
 }
 
-template <typename F>
-cudaError_t dispatch(DType dtype, F f) {
-  switch (dtype) {
-    case DType::F32: return f(float{});
-    case DType::F64: return f(double{});
-    case DType::F16: return f(__half{});
-    case DType::BF16: return f(__nv_bfloat16{});
-  }
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 cudaError_t gelu_forward(const void* x, void* y, int64_t n, DType dtype, GeluApprox approx,
                          cudaStream_t stream) {
-  return dispatch(dtype, [&](auto tag) { return launch_gelu<decltype(tag)>(x, y, n, approx, stream); });
+  return dispatch_dtype(dtype, [&](auto tag) { return launch_gelu<decltype(tag)>(x, y, n, approx, stream); });
 }
 
 cudaError_t group_norm_stats(const void* x, DType dtype, int64_t N, int64_t C, int64_t HW,
@@ -239,7 +228,7 @@ cudaError_t group_norm_stats(const void* x, DType dtype, int64_t N, int64_t C, i
   if (groups == 0 || C * HW == 0) return cudaSuccess;
   if (groups > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const int64_t group_numel = (C / num_groups) * HW;
-  return dispatch(dtype, [&](auto tag) {
+  return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     group_stats_kernel<T><<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
         static_cast<const T*>(x), group_numel, eps, mean, rstd);
@@ -266,7 +255,7 @@ cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int
 cudaError_t group_norm_apply(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
                              int64_t num_groups, const double* mean, const double* rstd,
                              const void* gamma, const void* beta, cudaStream_t stream) {
-  return dispatch(dtype, [&](auto tag) {
+  return dispatch_dtype(dtype, [&](auto tag) {
     return launch_apply<decltype(tag)>(x, y, N, C, HW, num_groups, mean, rstd, gamma, beta, stream);
   });
 }
