@@ -54,6 +54,15 @@ def compare(model, x, device, reps=None, extra_rows=()):
         print(f"myops replacements: {replaced}")
         measure("torch.compile + myops", lambda: fused(x))
         mc.disable()
+        if os.environ.get("MYOPS_DEMO_PROFILE"):  # a tuning aid: per-kernel CUDA times of both
+            for name in ("torch.compile (Inductor)", "torch.compile + myops"):
+                fn = plain if name.startswith("torch.compile (") else fused
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        fn(x)
+                    torch.cuda.synchronize()
+                print(name)
+                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
         speedup = results["torch.compile (Inductor)"] / results["torch.compile + myops"]
         print(f"torch.compile + myops vs plain torch.compile: {speedup:.2f}x")
     return replaced, results

@@ -73,3 +73,27 @@ def test_channels_last_and_python_api(device):
     torch.testing.assert_close(out3d, ref[1])
     with pytest.raises(TypeError, match="num_groups"):
         myops.conv_transpose2d_gelu_group_norm(x, w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hw,kernel,stride,padding", [((1, 1), 4, 1, 0), ((4, 4), 4, 2, 1), ((3, 5), 3, 2, 1)],
+                         ids=["1x1-k4", "4x4-k4s2", "3x5-k3s2"])
+def test_small_maps_tile_several_images(device, dtype, hw, kernel, stride, padding):
+    # DCGAN-like layers: on CUDA one tile spans several images (37 images: the last tile is
+    # partial), so the GroupNorm and BatchNorm partials must still be kept per image
+    torch.manual_seed(0)
+    x = torch.randn(37, 40, *hw, device=device, dtype=dtype)
+    w = torch.randn(40, 24, kernel, kernel, device=device, dtype=dtype) / 20
+    b = torch.randn(24, device=device, dtype=dtype)
+    gn_w, gn_b = torch.randn(24, device=device, dtype=dtype), torch.randn(24, device=device, dtype=dtype)
+    conv = [[stride] * 2, [padding] * 2, [0, 0], 1, [1, 1]]
+    out = torch.ops.myops.conv_transpose2d_gelu_group_norm(x, w, b, *conv, "none", 4, gn_w, gn_b, 1e-5)
+    assert_matches(out, ref_fused(x, w, b, *conv, "none", 4, gn_w, gn_b, 1e-5), tolerance(dtype, device) * 4,
+                   floor=1.0)
+    y, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(x, w, b, *conv)
+    ref_y = F.conv_transpose2d(x.double(), w.double(), b.double(), *conv[:3], 1, conv[4])
+    assert_matches(y, ref_y, tolerance(dtype, device))
+    ref_y = y.double()  # the statistics are those of the stored (rounded) output
+    assert_matches(mean, ref_y.mean((0, 2, 3)), tolerance(dtype, device), floor=1.0)
+    assert_matches(var, ref_y.var((0, 2, 3), unbiased=False), tolerance(dtype, device), floor=1.0)

@@ -45,17 +45,20 @@ __host__ __device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t 
 }
 
 // Cs[c * ldc + m] holds a tile's accumulators (channel c < BN, pixel m < BM);
-// pixel_offset(m) is where pixel m lands in an output plane (oh * OW + ow), or -1 if it lies
-// outside the output. Adds the bias, applies GELU, stores to out (NCHW) and, when
-// ep.tile_stats is set, writes the GroupNorm partials (count, mean, M2) of the stored values
-// per channel. Each warp takes whole channels and its lanes neighbouring pixels: coalesced
-// stores, the bias in a register, and the partials reduced by shuffles in a fixed order.
+// pixel_offset(m) is where pixel m lands relative to channel 0 of image n's output
+// (oh * OW + ow, plus i * C_out * OH * OW for the tile's i-th image), or -1 if it lies outside
+// the output. Adds the bias, applies GELU, stores to out (NCHW) and, when ep.tile_stats is set,
+// writes the GroupNorm partials (count, mean, M2) of the stored values per channel and image.
+// Each warp takes whole channels and its lanes neighbouring pixels: coalesced stores, the bias
+// in a register, and the partials reduced by shuffles in a fixed order. A tile may hold
+// `images` images of `image_px` pixels each (small maps): their partials are then reduced
+// per image, one lane per image, in a fixed order too.
 template <typename T, int BM, int BN, int kThreads, typename PixelOffset>
-__device__ void conv_epilogue(const typename DTypeTraits<T>::acc_t* Cs, int ldc,
+__device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
                               const T* __restrict__ bias, T* __restrict__ out,
                               const ConvTranspose2dParams& p, const ConvEpilogue& ep, int64_t n,
                               int64_t g, int64_t oc0, int64_t tile_index, int64_t tiles_per_sample,
-                              PixelOffset pixel_offset) {
+                              int images, int image_px, PixelOffset pixel_offset) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   using Traits = DTypeTraits<T>;
   constexpr int kWarps = kThreads / 32, kPerLane = BM / 32;
@@ -89,6 +92,32 @@ __device__ void conv_epilogue(const typename DTypeTraits<T>::acc_t* Cs, int ldc,
         }
       }
       if (ep.tile_stats == nullptr) continue;
+      if (images > 1) {
+        // the lane's own Cs entries take the stored values; lane i then reduces image i
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) Cs[c * ldc + lane + 32 * j] = stored[j];
+        __syncwarp();
+        if (lane < images && n + lane < p.N) {
+          const acc_t* v = Cs + c * ldc + lane * image_px;
+          const int64_t* o = pix_off + lane * image_px;
+          acc_t s = 0, cnt = 0;
+          for (int m = 0; m < image_px; ++m)
+            if (o[m] >= 0) {
+              s += v[m];
+              cnt += 1;
+            }
+          const acc_t mean = cnt > 0 ? s / cnt : acc_t(0);
+          acc_t m2 = 0;
+          for (int m = 0; m < image_px; ++m)
+            if (o[m] >= 0) m2 += (v[m] - mean) * (v[m] - mean);
+          acc_t* st = static_cast<acc_t*>(ep.tile_stats) +
+                      (((n + lane) * p.C_out + oc) * tiles_per_sample + tile_index) * 3;
+          st[0] = cnt;
+          st[1] = mean;
+          st[2] = m2;
+        }
+        continue;
+      }
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) {
         sum += __shfl_xor_sync(0xffffffffu, sum, o);

@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   const int m_valid = static_cast<int>(P - m_base < kBM ? P - m_base : kBM);
   conv_epilogue<T, kBM, BN, kThreads>(
-      Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, [&](int m) -> int64_t {
+      Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM, [&](int m) -> int64_t {
         if (m >= m_valid) return -1;
         const int64_t mg = m_base + m;
         return (ph.rh + p.sH * (mg / ph.OWp)) * p.OW + ph.rw + p.sW * (mg % ph.OWp);

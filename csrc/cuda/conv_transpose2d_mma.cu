@@ -144,7 +144,7 @@ SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
     }
   SmemLayout s;
   s.w_stage = max_taps * t.mt * t.wm * kFragWords;
-  s.t_stage = max_halo * kHaloPitch;
+  s.t_stage = t.tn * max_halo * kHaloPitch;
   s.c_ld = kTilePx + 8;
   const int pipeline = 2 * (s.w_stage + s.t_stage), epilogue = 16 * t.mt * t.wm * s.c_ld;
   s.bytes = 4 * static_cast<size_t>(std::max(pipeline, epilogue));
@@ -159,6 +159,7 @@ __global__ void __launch_bounds__(128 * WM, 2)
                     const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                     ConvEpilogue ep, MmaTiling tl, SmemLayout sl, PhaseTable phases,
                     int64_t n_base, int64_t tiles_per_sample) {
+  // blockIdx.z: a group of tl.tn images from n_base
   constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
   constexpr int kThreads = 128 * WM, kBM16 = MT * WM, kBN = 16 * kBM16;
@@ -168,7 +169,8 @@ __global__ void __launch_bounds__(128 * WM, 2)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / kPxWarps, warp_n = warp % kPxWarps;
 
-  const int64_t n = n_base + blockIdx.z;
+  const int64_t n = n_base + int64_t(blockIdx.z) * tl.tn;
+  const int images = static_cast<int>(min(static_cast<int64_t>(tl.tn), p.N - n));  // of this tile
   const int64_t col_tiles = (p.C_out_g + kBN - 1) / kBN;
   const int64_t g = blockIdx.y / col_tiles, ct = blockIdx.y % col_tiles, oc0 = ct * kBN;
   int pi = 0;
@@ -179,7 +181,7 @@ __global__ void __launch_bounds__(128 * WM, 2)
   const int cnt_h = ph.count_h, cnt_w = ph.count_w;
   const int step_h = ph.off_step_h, step_w = ph.off_step_w;
   const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
-  const int tile_px = tl.th * tl.tw;
+  const int tile_px = tl.th * tl.tw;  // per image
 
   float acc[MT][8][4];
 #pragma unroll
@@ -200,23 +202,24 @@ __global__ void __launch_bounds__(128 * WM, 2)
     auto w_stage = [&](int64_t s) { return smem + (s & 1) * sl.w_stage; };
     auto t_stage = [&](int64_t s) { return smem + 2 * sl.w_stage + (s & 1) * sl.t_stage; };
 
-    // The halo pixels this thread stages: offset in a channel plane (the host guarantees
-    // 16 * H * W < 2^31, so a chunk's planes are 32-bit reachable) and index in the halo (-1: none). Pixels outside the image load a valid
-    // address and are zeroed when stored: the loads carry no branches.
+    // The halo pixels this thread stages: offset from the chunk's first plane of image n (the
+    // host guarantees (tn * C_in + 16) * H * W < 2^31, so that is 32-bit) and index in the halo
+    // (-1: none; images follow each other there). Pixels outside the image load a valid address
+    // and are zeroed when stored: the loads carry no branches.
     const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
     const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
     int src[kPxPerThread], dst[kPxPerThread];
     unsigned inside = 0;
 #pragma unroll
     for (int k = 0; k < kPxPerThread; ++k) {
-      const int h = tid + k * kThreads;
-      dst[k] = h < hpx ? h : -1;
+      const int h = tid + k * kThreads, img = h / hpx;
+      dst[k] = img < images ? h : -1;
       src[k] = 0;
-      if (h < hpx) {
-        const int hr = h / hcols, hc = h - hr * hcols;
+      if (img < images) {
+        const int hr = (h - img * hpx) / hcols, hc = h - img * hpx - hr * hcols;
         const int64_t ih = row0 + hr, iw = col0 + hc;
         if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
-          src[k] = static_cast<int>(ih * p.W + iw);
+          src[k] = static_cast<int>(img * p.C_in * HW + ih * p.W + iw);
           inside |= 1u << k;
         }
       }
@@ -274,8 +277,8 @@ __global__ void __launch_bounds__(128 * WM, 2)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int m = warp_n * kWarpPx + 8 * (2 * i + lane / 16) + lane % 8;
-      const int r = m / tl.tw, c = m - r * tl.tw;
-      const int h = m < tile_px ? r * hcols + c : 0;
+      const int img = m / tile_px, r = (m - img * tile_px) / tl.tw, c = m - img * tile_px - r * tl.tw;
+      const int h = img < tl.tn ? img * hpx + r * hcols + c : 0;
       b_off[i] = (h * kHaloPitch + 4 * ((lane / 8) % 2)) * 4;
     }
     // Taps in prepared order (t_h major); the halo shift of tap (t_h, t_w) is
@@ -346,10 +349,12 @@ __global__ void __launch_bounds__(128 * WM, 2)
     }
   const int tw = tl.tw;
   conv_epilogue<T, kTilePx, kBN, kThreads>(
-      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, [&](int m) -> int64_t {
-        const int r = m / tw, c = m - r * tw;
-        if (m >= tile_px || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
-        return (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw + p.sW * int64_t(i0 + c);
+      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, images, tile_px,
+      [&](int m) -> int64_t {
+        const int img = m / tile_px, r = (m - img * tile_px) / tw, c = m - img * tile_px - r * tw;
+        if (img >= images || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
+        return img * p.C_out * p.OH * p.OW + (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw +
+               p.sW * int64_t(i0 + c);
       });
 }
 
@@ -416,9 +421,9 @@ cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* 
   cudaError_t err = cudaFuncSetAttribute(conv_mma_kernel<T, MT, WM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(sl.bytes));
   if (err != cudaSuccess) return err;
-  for (int64_t n0 = 0; n0 < p.N; n0 += 65535) {
+  for (int64_t n0 = 0; n0 < p.N; n0 += 65535 * int64_t(t.tn)) {
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
-                    static_cast<unsigned>(std::min<int64_t>(65535, p.N - n0)));
+                    static_cast<unsigned>(std::min<int64_t>(65535, ceil_div(p.N - n0, t.tn))));
     conv_mma_kernel<T, MT, WM><<<grid, 128 * WM, sl.bytes, stream>>>(
         static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
         static_cast<T*>(out), p, ep, t, sl, phase_table(p, t), n0, tiles);
@@ -445,6 +450,20 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
 
 }  // namespace
 
+// Images per tile when one tile covers a whole phase grid: as many as fill the block's pixels
+// and halo and keep the halo offsets 32-bit (fewer, fuller blocks: the same work per block).
+int images_per_tile(const ConvTranspose2dParams& p, const MmaTiling& t) {
+  int max_halo = 1;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw) {
+      const PhaseTile ph = phase_tile(p, t, rh, rw);
+      max_halo = std::max(max_halo, ph.hrows * ph.hcols);
+    }
+  int64_t tn = std::min<int64_t>({kTilePx / (t.th * t.tw), kMaxHalo / max_halo, p.N});
+  while (tn > 1 && (tn * p.C_in + 16) * p.H * p.W > 0x7fffffff) --tn;
+  return static_cast<int>(std::max<int64_t>(tn, 1));
+}
+
 MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
   if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
   const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
@@ -469,16 +488,19 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
       if (tw == last_tw || tw > kTilePx) continue;
       last_tw = tw;
       const int64_t th = std::min<int64_t>(kTilePx / tw, OHmax);
-      const MmaTiling cand{mt, wm, static_cast<int>(th), static_cast<int>(tw)};
+      MmaTiling cand{mt, wm, static_cast<int>(th), static_cast<int>(tw)};
+      if (th == OHmax && tw == OWmax) cand.tn = images_per_tile(p, cand);
       double cost = 0;
       bool fits = true;
       for (int64_t rh = 0; rh < p.sH; ++rh)
         for (int64_t rw = 0; rw < p.sW; ++rw) {
           const PhaseTile ph = phase_tile(p, cand, rh, rw);
           const int64_t taps = ph.th.count * ph.tw.count;
-          if (taps > 0 && ph.hrows * ph.hcols > kMaxHalo) fits = false;
-          cost += static_cast<double>(ph.tiles) * (taps * (8 + 11 * mt) * kPxWarps * wm + (taps > 0 ? ph.hrows * ph.hcols : 0));
+          if (taps > 0 && cand.tn * ph.hrows * ph.hcols > kMaxHalo) fits = false;
+          cost += static_cast<double>(ph.tiles) *
+                  (taps * (8 + 11 * mt) * kPxWarps * wm + (taps > 0 ? cand.tn * ph.hrows * ph.hcols : 0));
         }
+      cost *= static_cast<double>(ceil_div(p.N, cand.tn));
       const size_t smem = smem_layout(p, cand).bytes;
       if (!fits || smem > kMaxSmem || !phase_table_fits(p, cand)) continue;
       // one 4-warp block alone on an SM starves it (8-warp blocks keep 8 warps: measured on

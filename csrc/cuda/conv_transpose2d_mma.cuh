@@ -1,8 +1,8 @@
 #pragma once
 // The tensor-core conv_transpose2d kernel (mma.sync TF32 / bf16 / fp16). GEMM per phase with the
 // weights as the M operand (output channels) and the phase's output pixels as N:
-//  - a block owns a TH x TW tile of one phase grid (at most 256 pixels, 4 warps x 64) and
-//    16 * mt output channels of one group;
+//  - a block owns a TH x TW tile of one phase grid (of TN images when the grid is small; at
+//    most 256 pixels, 4 warps x 64) and 16 * mt output channels of one group;
 //  - per chunk of input channels (8 fp32 / 16 bf16 = 32 bytes per pixel) the input halo of the
 //    tile's taps goes to shared memory channels-innermost, so every tap reads its B fragments
 //    with ldmatrix whatever its shift; the weights are prepared once in fragment order (one
@@ -18,6 +18,8 @@ struct MmaTiling {
   int mt = 0;          // m16 tiles of output channels per warp
   int wm = 1;          // warps along the output channels: the block covers 16 * mt * wm of them
   int th = 0, tw = 0;  // output tile of a phase grid: th rows x tw columns, th * tw <= 256
+  int tn = 1;          // images per tile (> 1 only when a tile covers a whole phase grid: small
+                       // maps fill the block's 256 pixels from several images)
 };
 
 MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math);
