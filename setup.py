@@ -39,7 +39,7 @@ def build_extension():
         nvcc_flags = [
             "-O3", "--expt-relaxed-constexpr", "-lineinfo",
             "-gencode=arch=compute_80,code=sm_80",
-            "-gencode=arch=compute_90,code=sm_90",
+            "-gencode=arch=compute_90a,code=sm_90a",  # wgmma (conv_transpose2d_wgmma.cu) needs sm_90a
         ]
         return cpp_extension.CUDAExtension(
             "myops._C", sources, include_dirs=include_dirs,

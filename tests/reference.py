@@ -64,6 +64,25 @@ def random_conv_config(rng: random.Random, max_batch=3):
             return cfg
 
 
+def random_wide_conv_config(rng: random.Random):
+    """A random configuration with more than 32 output channels per group and maps of 12-40
+    pixels: the shapes the Hopper (wgmma) kernel takes, channel tails and partial tiles included."""
+    while True:
+        groups = rng.choice([1, 1, 2])
+        cfg = dict(
+            N=rng.choice([1, 2]), C_in=groups * rng.choice([3, 8, 13, 24, 40]),
+            C_out_g=rng.choice([33, 48, 64, 72, 128]), groups=groups,
+            H=rng.randint(12, 40), W=rng.randint(12, 40), kH=rng.randint(1, 5), kW=rng.randint(1, 5),
+            stride=(rng.randint(1, 2), rng.randint(1, 2)), dilation=(rng.randint(1, 2), rng.randint(1, 2)),
+            padding=(rng.randint(0, 2), rng.randint(0, 2)), bias=rng.random() < 0.7,
+        )
+        cfg["output_padding"] = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(cfg["stride"], cfg["dilation"]))
+        oh = (cfg["H"] - 1) * cfg["stride"][0] - 2 * cfg["padding"][0] + cfg["dilation"][0] * (cfg["kH"] - 1) + cfg["output_padding"][0] + 1
+        ow = (cfg["W"] - 1) * cfg["stride"][1] - 2 * cfg["padding"][1] + cfg["dilation"][1] * (cfg["kW"] - 1) + cfg["output_padding"][1] + 1
+        if oh > 0 and ow > 0:
+            return cfg
+
+
 def make_conv_inputs(cfg, dtype, device, requires_grad=False):
     g = cfg["groups"]
     x = torch.randn(cfg["N"], cfg["C_in"], cfg["H"], cfg["W"], dtype=dtype, device=device)

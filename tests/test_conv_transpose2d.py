@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       ref_conv_transpose2d, tolerance)
+                       random_wide_conv_config, ref_conv_transpose2d, tolerance)
 
 # (dtype, number of random configurations)
 RANDOM_RUNS = [(torch.float32, 300), (torch.float64, 60), (torch.bfloat16, 60), (torch.float16, 60)]
@@ -94,6 +94,25 @@ def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):
     rng = random.Random(77)
     for i in range(100):
         cfg = random_conv_config(rng)
+        x, w, b = make_conv_inputs(cfg, dtype, device)
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
+        try:
+            assert_matches(out, ref_conv_transpose2d(x, w, b, *conv_args(cfg)), tolerance(dtype, device))
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: {cfg}: {e}") from None
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kernel", ["default", "wgmma"])
+def test_wide_layers_random_configs(device, dtype, kernel, monkeypatch):
+    # > 32 output channels per group on 12-40 pixel maps: the mma.sync kernel by default and, on
+    # an H100, the opt-in wgmma kernel (MYOPS_ENABLE_WGMMA=1) on the same configs
+    if kernel == "wgmma":
+        monkeypatch.setenv("MYOPS_ENABLE_WGMMA", "1")
+    rng = random.Random(4242)
+    for i in range(40):
+        cfg = random_wide_conv_config(rng)
         x, w, b = make_conv_inputs(cfg, dtype, device)
         out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
         try:

@@ -7,13 +7,13 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config, ref_fused,
-                       tolerance)
+                       random_wide_conv_config, tolerance)
 
 RANDOM_RUNS = [(torch.float32, 100), (torch.float64, 30), (torch.bfloat16, 30), (torch.float16, 30)]
 
 
-def random_fused_case(rng, dtype, device):
-    cfg = random_conv_config(rng)
+def random_fused_case(rng, dtype, device, config=random_conv_config):
+    cfg = config(rng)
     c_out = cfg["C_out_g"] * cfg["groups"]
     num_groups = rng.choice([d for d in range(1, c_out + 1) if c_out % d == 0])
     x, w, b = make_conv_inputs(cfg, dtype, device)
@@ -97,3 +97,21 @@ def test_small_maps_tile_several_images(device, dtype, hw, kernel, stride, paddi
     ref_y = y.double()  # the statistics are those of the stored (rounded) output
     assert_matches(mean, ref_y.mean((0, 2, 3)), tolerance(dtype, device), floor=1.0)
     assert_matches(var, ref_y.var((0, 2, 3), unbiased=False), tolerance(dtype, device), floor=1.0)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kernel", ["default", "wgmma"])
+def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
+    # wide layers through the fused epilogue (GELU, GroupNorm partials) of the default kernel
+    # and of the opt-in wgmma kernel (MYOPS_ENABLE_WGMMA=1, taken on an H100)
+    if kernel == "wgmma":
+        monkeypatch.setenv("MYOPS_ENABLE_WGMMA", "1")
+    rng = random.Random(2024)
+    for i in range(20):
+        cfg, args = random_fused_case(rng, dtype, device, random_wide_conv_config)
+        out = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
+        try:
+            assert_matches(out, ref_fused(*args), tolerance(dtype, device) * 4, floor=1.0)
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: {cfg}, gelu={args[8]}, groups={args[9]}: {e}") from None

@@ -294,25 +294,59 @@ cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out
 
 namespace {
 
-ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_mma) {
+ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_mma,
+                   bool allow_wgmma, int device_sm) {
   ConvPlan plan;
+  if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm);
+  if (plan.wg.q > 0) {
+    plan.engine = ConvEngine::Wgmma;
+    plan.tiles_per_sample = conv_wgmma_tiles_per_sample(p, plan.wg);
+    plan.prepared_numel = conv_wgmma_prepared_weight_numel(p, dtype);
+    return plan;
+  }
   if (allow_mma) plan.tiling = conv_mma_tiling(p, dtype, fp32_math);
-  plan.mma = plan.tiling.mt > 0;
-  plan.tiles_per_sample = plan.mma ? conv_mma_tiles_per_sample(p, plan.tiling) : generic_tiles_per_sample(p);
-  plan.prepared_numel = plan.mma ? conv_mma_prepared_weight_numel(p, dtype, plan.tiling) : p.C_in * p.C_out_g * p.kH * p.kW;
+  if (plan.tiling.mt > 0) {
+    plan.engine = ConvEngine::Mma;
+    plan.tiles_per_sample = conv_mma_tiles_per_sample(p, plan.tiling);
+    plan.prepared_numel = conv_mma_prepared_weight_numel(p, dtype, plan.tiling);
+    return plan;
+  }
+  plan.tiles_per_sample = generic_tiles_per_sample(p);
+  plan.prepared_numel = p.C_in * p.C_out_g * p.kH * p.kW;
   return plan;
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && v[0] == '1';
+}
+
+// Compute capability (major * 10 + minor) of the current device, looked up once per device.
+int current_device_sm() {
+  static std::mutex mutex;
+  static std::map<int, int> sm;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = sm.find(device);
+  if (it != sm.end()) return it->second;
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return sm[device] = 10 * major + minor;
 }
 
 }  // namespace
 
 ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
-  const char* disable = std::getenv("MYOPS_DISABLE_MMA");
-  const bool allow_mma = !(disable && disable[0] == '1');
+  const bool allow_mma = !env_flag("MYOPS_DISABLE_MMA"), allow_wgmma = env_flag("MYOPS_ENABLE_WGMMA");
+  const int device_sm = current_device_sm();
   // The tiling search costs tens to hundreds of microseconds of host time, as much as a small
   // layer's kernels: plans are cached by everything they depend on (not the batch size).
-  using Key = std::array<int64_t, 17>;
+  using Key = std::array<int64_t, 18>;
   const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
-                p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math), allow_mma};
+                p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math),
+                allow_mma + 2 * allow_wgmma, device_sm};
   static std::mutex mutex;
   static std::map<Key, ConvPlan> cache;
   {
@@ -320,7 +354,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     const auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const ConvPlan plan = make_plan(p, dtype, fp32_math, allow_mma);
+  const ConvPlan plan = make_plan(p, dtype, fp32_math, allow_mma, allow_wgmma, device_sm);
   const std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= 4096) cache.clear();  // bounded: a stream of new shapes cannot grow it forever
   cache.emplace(key, plan);
@@ -330,7 +364,8 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
                                 const ConvTranspose2dParams& p, const ConvPlan& plan,
                                 cudaStream_t stream) {
-  if (plan.mma) return conv_mma_prepare_weight(weight, prepared, dtype, p, plan.tiling, stream);
+  if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_prepare_weight(weight, prepared, dtype, p, stream);
+  if (plan.engine == ConvEngine::Mma) return conv_mma_prepare_weight(weight, prepared, dtype, p, plan.tiling, stream);
   const int64_t total = plan.prepared_numel;
   const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
   if (total == 0) return cudaSuccess;
@@ -347,7 +382,8 @@ cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight,
                                      void* out, DType dtype, Fp32Math fp32_math,
                                      const ConvTranspose2dParams& p, const ConvPlan& plan,
                                      const ConvEpilogue& ep, cudaStream_t stream) {
-  if (plan.mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, plan.tiling, ep, stream);
+  if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_forward(x, prepared_weight, bias, out, dtype, p, plan.wg, ep, stream);
+  if (plan.engine == ConvEngine::Mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, plan.tiling, ep, stream);
   switch (dtype) {
     case DType::F32:
       return fp32_math == Fp32Math::TF32

@@ -3,6 +3,7 @@
 // at a time: per phase M = output pixels, N = C_out / groups, K = C_in / groups x (taps that hit
 // the phase). Phases that no tap reaches just write the bias.
 #include "cuda/conv_transpose2d_mma.cuh"
+#include "cuda/conv_transpose2d_wgmma.cuh"
 #include "cuda/launch.cuh"
 
 namespace myops {
@@ -20,12 +21,17 @@ struct ConvEpilogue {
 };
 
 // Which kernel runs a call and what it needs: tensor-core calls whose input halo and weights
-// fit in shared memory take the mma kernel (conv_transpose2d_mma.cuh), the rest (float64, strict
-// float32, very large kernels) the generic implicit-GEMM kernel. MYOPS_DISABLE_MMA=1 forces the
-// generic kernel (tests use it to cover both).
+// fit in shared memory take the mma.sync kernel (conv_transpose2d_mma.cuh), the rest (float64,
+// strict float32, very large kernels) the generic implicit-GEMM kernel. The Hopper wgmma kernel
+// (conv_transpose2d_wgmma.cuh) is opt-in, MYOPS_ENABLE_WGMMA=1 on sm_90: correct and tested, but
+// measured slower than the mma.sync kernel on most seed layers (NOTES_GPU.md says why). Then it
+// takes calls with more than 32 output channels per group whose tiles the phase grids mostly fill.
+// MYOPS_DISABLE_MMA=1 forces the generic kernel (tests use these switches to cover every kernel).
+enum class ConvEngine { Generic, Mma, Wgmma };
 struct ConvPlan {
-  bool mma = false;
-  MmaTiling tiling;               // the mma kernel's tile shape (when mma)
+  ConvEngine engine = ConvEngine::Generic;
+  MmaTiling tiling;               // the mma kernel's tile shape (engine Mma)
+  WgmmaTiling wg;                 // the wgmma kernel's (engine Wgmma)
   int64_t tiles_per_sample = 0;   // sizes ConvEpilogue::tile_stats
   int64_t prepared_numel = 0;     // elements of the prepared weight buffer (input dtype)
 };

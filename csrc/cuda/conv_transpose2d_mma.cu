@@ -6,6 +6,7 @@
 
 #include "cuda/conv_common.cuh"
 #include "cuda/conv_transpose2d_mma.cuh"
+#include "cuda/conv_tile_geometry.cuh"
 
 namespace myops {
 namespace cuda {
@@ -25,90 +26,6 @@ constexpr size_t kTwoBlocksSmem = 110 * 1024;  // two blocks per SM fit under th
 template <typename T>
 constexpr int chunk_channels() { return std::is_same<T, float>::value ? 8 : 16; }
 int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// One phase of a tiling, on the host (the kernel gets the 32-bit PhaseTable built from these).
-struct PhaseTile {
-  int64_t rh, rw, OHp, OWp, tiles_w, tiles;
-  PhaseTaps th, tw;
-  int hrows, hcols;  // input halo of one tile
-};
-
-PhaseTile phase_tile(const ConvTranspose2dParams& p, const MmaTiling& t,
-                                                int64_t rh, int64_t rw) {
-  PhaseTile ph;
-  ph.rh = rh;
-  ph.rw = rw;
-  ph.th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
-  ph.tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
-  ph.OHp = phase_extent(p.OH, rh, p.sH);
-  ph.OWp = phase_extent(p.OW, rw, p.sW);
-  ph.tiles_w = (ph.OWp + t.tw - 1) / t.tw;
-  ph.tiles = ((ph.OHp + t.th - 1) / t.th) * ph.tiles_w;
-  ph.hrows = t.th + static_cast<int>(ph.th.count > 0 ? (ph.th.count - 1) * ph.th.off_step : 0);
-  ph.hcols = t.tw + static_cast<int>(ph.tw.count > 0 ? (ph.tw.count - 1) * ph.tw.off_step : 0);
-  return ph;
-}
-
-// The launch's phases in 32-bit form (the host checks the ranges), so that a block finds its
-// phase and tile with a short search instead of 64-bit divisions.
-constexpr int kMaxPhases = 16;
-struct PhaseEntry {
-  int tiles_end;  // tiles of this phase and the ones before it
-  int tap_base;   // the phase's first tap in the prepared weight
-  int rh, rw, OHp, OWp, tiles_w, hrows, hcols;
-  int off0_h, off_step_h, count_h, off0_w, off_step_w, count_w;
-};
-struct PhaseTable {
-  int n;
-  PhaseEntry e[kMaxPhases];
-};
-
-PhaseTable phase_table(const ConvTranspose2dParams& p, const MmaTiling& t) {
-  PhaseTable tab{};
-  int64_t tiles = 0, taps = 0;
-  for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTile ph = phase_tile(p, t, rh, rw);
-      tiles += ph.tiles;
-      PhaseEntry& e = tab.e[tab.n++];
-      e = {static_cast<int>(tiles), static_cast<int>(taps), static_cast<int>(rh), static_cast<int>(rw),
-           static_cast<int>(ph.OHp), static_cast<int>(ph.OWp), static_cast<int>(ph.tiles_w), ph.hrows, ph.hcols,
-           static_cast<int>(ph.th.off0), static_cast<int>(ph.th.off_step), static_cast<int>(ph.th.count),
-           static_cast<int>(ph.tw.off0), static_cast<int>(ph.tw.off_step), static_cast<int>(ph.tw.count)};
-      taps += ph.th.count * ph.tw.count;
-    }
-  return tab;
-}
-
-// Whether every field of the phase table fits (checked before a tiling is accepted).
-bool phase_table_fits(const ConvTranspose2dParams& p, const MmaTiling& t) {
-  if (p.sH * p.sW > kMaxPhases) return false;
-  const int64_t lim = 0x3fffffff;
-  if (p.OH > lim || p.OW > lim || p.H > lim || p.W > lim || p.pH > lim || p.pW > lim ||
-      p.kH * p.kW > lim || p.dH * p.kH > lim || p.dW * p.kW > lim)
-    return false;
-  return conv_mma_tiles_per_sample(p, t) <= lim;
-}
-
-__device__ inline uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ inline void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// Round to TF32 (nearest, ties away: cvt.rna's rounding) with two integer ops; sm_90 expands
-// cvt.rna.tf32.f32 to five. Infinities and NaNs keep their class.
-__device__ inline uint32_t to_tf32(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
 
 template <typename T>
 __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -138,7 +55,7 @@ SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
   int max_taps = 0, max_halo = 0;
   for (int64_t rh = 0; rh < p.sH; ++rh)
     for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTile ph = phase_tile(p, t, rh, rw);
+      const PhaseTile ph = phase_tile(p, t.th, t.tw, rh, rw);
       max_taps = std::max<int>(max_taps, static_cast<int>(ph.th.count * ph.tw.count));
       max_halo = std::max(max_halo, ph.hrows * ph.hcols);
     }
@@ -173,11 +90,9 @@ __global__ void __launch_bounds__(128 * WM, 2)
   const int images = static_cast<int>(min(static_cast<int64_t>(tl.tn), p.N - n));  // of this tile
   const int64_t col_tiles = (p.C_out_g + kBN - 1) / kBN;
   const int64_t g = blockIdx.y / col_tiles, ct = blockIdx.y % col_tiles, oc0 = ct * kBN;
-  int pi = 0;
-  while (pi + 1 < phases.n && static_cast<int>(blockIdx.x) >= phases.e[pi].tiles_end) ++pi;
-  const PhaseEntry& ph = phases.e[pi];
-  const int tile = static_cast<int>(blockIdx.x) - (pi > 0 ? phases.e[pi - 1].tiles_end : 0);
-  const int j0 = (tile / ph.tiles_w) * tl.th, i0 = (tile % ph.tiles_w) * tl.tw;
+  const TileOrigin origin = locate_tile(phases, static_cast<int>(blockIdx.x), tl.th, tl.tw);
+  const PhaseEntry& ph = phases.e[origin.phase];
+  const int j0 = origin.j0, i0 = origin.i0;
   const int cnt_h = ph.count_h, cnt_w = ph.count_w;
   const int step_h = ph.off_step_h, step_w = ph.off_step_w;
   const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
@@ -426,7 +341,7 @@ cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* 
                     static_cast<unsigned>(std::min<int64_t>(65535, ceil_div(p.N - n0, t.tn))));
     conv_mma_kernel<T, MT, WM><<<grid, 128 * WM, sl.bytes, stream>>>(
         static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
-        static_cast<T*>(out), p, ep, t, sl, phase_table(p, t), n0, tiles);
+        static_cast<T*>(out), p, ep, t, sl, phase_table(p, t.th, t.tw), n0, tiles);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -456,7 +371,7 @@ int images_per_tile(const ConvTranspose2dParams& p, const MmaTiling& t) {
   int max_halo = 1;
   for (int64_t rh = 0; rh < p.sH; ++rh)
     for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTile ph = phase_tile(p, t, rh, rw);
+      const PhaseTile ph = phase_tile(p, t.th, t.tw, rh, rw);
       max_halo = std::max(max_halo, ph.hrows * ph.hcols);
     }
   int64_t tn = std::min<int64_t>({kTilePx / (t.th * t.tw), kMaxHalo / max_halo, p.N});
@@ -494,7 +409,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
       bool fits = true;
       for (int64_t rh = 0; rh < p.sH; ++rh)
         for (int64_t rw = 0; rw < p.sW; ++rw) {
-          const PhaseTile ph = phase_tile(p, cand, rh, rw);
+          const PhaseTile ph = phase_tile(p, cand.th, cand.tw, rh, rw);
           const int64_t taps = ph.th.count * ph.tw.count;
           if (taps > 0 && cand.tn * ph.hrows * ph.hcols > kMaxHalo) fits = false;
           cost += static_cast<double>(ph.tiles) *
@@ -502,7 +417,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
         }
       cost *= static_cast<double>(ceil_div(p.N, cand.tn));
       const size_t smem = smem_layout(p, cand).bytes;
-      if (!fits || smem > kMaxSmem || !phase_table_fits(p, cand)) continue;
+      if (!fits || smem > kMaxSmem || !phase_table_fits(p, cand.th, cand.tw)) continue;
       // one 4-warp block alone on an SM starves it (8-warp blocks keep 8 warps: measured on
       // L1_65 / L2_11 float32, ~5% faster than two 4-warp blocks of 32 channels)
       const bool starved = smem > kTwoBlocksSmem && wm == 1;
@@ -518,10 +433,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
 }
 
 int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p, const MmaTiling& t) {
-  int64_t tiles = 0;
-  for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw) tiles += phase_tile(p, t, rh, rw).tiles;
-  return tiles;
+  return phase_tiles_per_sample(p, t.th, t.tw);
 }
 
 // In elements of the input dtype (the buffer is allocated with the weight's dtype).

@@ -1,0 +1,116 @@
+#pragma once
+// Tile geometry shared by the tensor-core conv kernels (mma.sync and wgmma): a tile is TH x TW
+// output pixels of one phase grid; per phase, the taps that reach it and the input halo a tile
+// reads. The host builds a 32-bit PhaseTable from it so that a block finds its phase and tile
+// with a short search instead of 64-bit divisions; plus the PTX helpers both kernels use.
+#include <cstdint>
+
+#include "cuda/conv_common.cuh"
+
+namespace myops {
+namespace cuda {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// One phase of a tiling, on the host (the kernel gets the 32-bit PhaseTable built from these).
+struct PhaseTile {
+  int64_t rh, rw, OHp, OWp, tiles_w, tiles;
+  PhaseTaps th, tw;
+  int hrows, hcols;  // input halo of one tile
+};
+
+inline PhaseTile phase_tile(const ConvTranspose2dParams& p, int th, int tw, int64_t rh, int64_t rw) {
+  PhaseTile ph;
+  ph.rh = rh;
+  ph.rw = rw;
+  ph.th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
+  ph.tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
+  ph.OHp = phase_extent(p.OH, rh, p.sH);
+  ph.OWp = phase_extent(p.OW, rw, p.sW);
+  ph.tiles_w = (ph.OWp + tw - 1) / tw;
+  ph.tiles = ((ph.OHp + th - 1) / th) * ph.tiles_w;
+  ph.hrows = th + static_cast<int>(ph.th.count > 0 ? (ph.th.count - 1) * ph.th.off_step : 0);
+  ph.hcols = tw + static_cast<int>(ph.tw.count > 0 ? (ph.tw.count - 1) * ph.tw.off_step : 0);
+  return ph;
+}
+
+// The launch's phases in 32-bit form (the host checks the ranges), so that a block finds its
+// phase and tile with a short search instead of 64-bit divisions.
+constexpr int kMaxPhases = 16;
+struct PhaseEntry {
+  int tiles_end;  // tiles of this phase and the ones before it
+  int tap_base;   // the phase's first tap in the prepared weight
+  int rh, rw, OHp, OWp, tiles_w, hrows, hcols;
+  int off0_h, off_step_h, count_h, off0_w, off_step_w, count_w;
+};
+struct PhaseTable {
+  int n;
+  PhaseEntry e[kMaxPhases];
+};
+
+inline PhaseTable phase_table(const ConvTranspose2dParams& p, int th, int tw) {
+  PhaseTable tab{};
+  int64_t tiles = 0, taps = 0;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw) {
+      const PhaseTile ph = phase_tile(p, th, tw, rh, rw);
+      tiles += ph.tiles;
+      PhaseEntry& e = tab.e[tab.n++];
+      e = {static_cast<int>(tiles), static_cast<int>(taps), static_cast<int>(rh), static_cast<int>(rw),
+           static_cast<int>(ph.OHp), static_cast<int>(ph.OWp), static_cast<int>(ph.tiles_w), ph.hrows, ph.hcols,
+           static_cast<int>(ph.th.off0), static_cast<int>(ph.th.off_step), static_cast<int>(ph.th.count),
+           static_cast<int>(ph.tw.off0), static_cast<int>(ph.tw.off_step), static_cast<int>(ph.tw.count)};
+      taps += ph.th.count * ph.tw.count;
+    }
+  return tab;
+}
+
+inline int64_t phase_tiles_per_sample(const ConvTranspose2dParams& p, int th, int tw) {
+  int64_t tiles = 0;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw) tiles += phase_tile(p, th, tw, rh, rw).tiles;
+  return tiles;
+}
+
+// Whether every field of the phase table fits (checked before a tiling is accepted).
+inline bool phase_table_fits(const ConvTranspose2dParams& p, int th, int tw) {
+  if (p.sH * p.sW > kMaxPhases) return false;
+  const int64_t lim = 0x3fffffff;
+  if (p.OH > lim || p.OW > lim || p.H > lim || p.W > lim || p.pH > lim || p.pW > lim ||
+      p.kH * p.kW > lim || p.dH * p.kH > lim || p.dW * p.kW > lim)
+    return false;
+  return phase_tiles_per_sample(p, th, tw) <= lim;
+}
+
+// The phase and the tile origin (row j0, column i0 of the phase grid) of tile index `block`.
+struct TileOrigin {
+  int phase, j0, i0;
+};
+__device__ inline TileOrigin locate_tile(const PhaseTable& phases, int block, int th, int tw) {
+  int pi = 0;
+  while (pi + 1 < phases.n && block >= phases.e[pi].tiles_end) ++pi;
+  const PhaseEntry& ph = phases.e[pi];
+  const int tile = block - (pi > 0 ? phases.e[pi - 1].tiles_end : 0);
+  return {pi, (tile / ph.tiles_w) * th, (tile % ph.tiles_w) * tw};
+}
+
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ inline void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Round to TF32 (nearest, ties away: cvt.rna's rounding) with two integer ops; sm_90 expands
+// cvt.rna.tf32.f32 to five. Infinities and NaNs keep their class.
+__device__ inline uint32_t to_tf32(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
+
+}  // namespace cuda
+}  // namespace myops

@@ -1,0 +1,408 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "cuda/conv_common.cuh"
+#include "cuda/conv_tile_geometry.cuh"
+#include "cuda/conv_transpose2d_wgmma.cuh"
+#include "cuda/wgmma_ops.cuh"
+
+namespace myops {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 128;     // one warpgroup
+constexpr int kBlockCh = 64;      // output channels per block: the MMA's M
+constexpr int kStripPx = 128;     // pixels per strip: 16 rows x 8 columns, the MMA's N
+constexpr int kMaxHalo = 512;     // halo pixels per tile (4 per thread)
+constexpr int kPxPerThread = kMaxHalo / kThreads;
+constexpr int kTapBytes = 2 * kBlockCh * 16;  // A of one tap and chunk: 2 K-planes x 64 rows x 16 B
+constexpr size_t kMaxSmem = 227 * 1024;
+constexpr size_t kTwoBlocksSmem = 113 * 1024;
+
+template <typename T>
+constexpr int chunk_channels() { return std::is_same<T, float>::value ? 8 : 16; }
+int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
+
+struct WgSmem {
+  int halo_plane;   // bytes between the two K-planes of a stage's halo (the B operand's K stride)
+  int halo_bytes;   // one stage of halo
+  int w_bytes;      // one stage of weights
+  int c_ld;         // epilogue Cs row stride (floats)
+  size_t bytes;     // the whole pipeline (or the epilogue's Cs, if larger)
+};
+
+WgSmem wg_smem(const ConvTranspose2dParams& p, int q, int stages) {
+  int max_taps = 0, max_halo = 0;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw) {
+      const PhaseTile ph = phase_tile(p, kWgmmaTileRows, 8 * q, rh, rw);
+      max_taps = std::max<int>(max_taps, static_cast<int>(ph.th.count * ph.tw.count));
+      max_halo = std::max(max_halo, ph.hrows * ph.hcols);
+    }
+  WgSmem s;
+  s.halo_plane = max_halo * 16;
+  s.halo_bytes = 2 * s.halo_plane;
+  s.w_bytes = max_taps * kTapBytes;
+  s.c_ld = kStripPx * q + 8;
+  s.bytes = std::max(static_cast<size_t>(stages) * (s.halo_bytes + s.w_bytes),
+                     static_cast<size_t>(4 * kBlockCh * s.c_ld));
+  return s;
+}
+
+template <typename T>
+__device__ inline void wgmma_m64n128(float (&d)[64], uint64_t a, uint64_t b) {
+  if constexpr (std::is_same<T, float>::value) {
+    wgmma_m64n128_tf32(d, a, b);
+  } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    wgmma_m64n128_bf16(d, a, b);
+  } else {
+    wgmma_m64n128_f16(d, a, b);
+  }
+}
+
+template <typename T, int Q>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_wgmma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
+                      const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
+                      ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t n_base,
+                      int64_t tiles_per_sample) {
+  constexpr bool kF32 = std::is_same<T, float>::value;
+  constexpr int kCh = chunk_channels<T>();
+  constexpr int kTW = 8 * Q;
+  using Raw = typename std::conditional<kF32, float, unsigned short>::type;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x;
+
+  const int64_t n = n_base + blockIdx.z;
+  const int64_t col_tiles = (p.C_out_g + kBlockCh - 1) / kBlockCh;
+  const int64_t g = blockIdx.y / col_tiles, ct = blockIdx.y % col_tiles, oc0 = ct * kBlockCh;
+  const TileOrigin origin = locate_tile(phases, static_cast<int>(blockIdx.x), kWgmmaTileRows, kTW);
+  const PhaseEntry& ph = phases.e[origin.phase];
+  const int j0 = origin.j0, i0 = origin.i0;
+  const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
+  const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
+
+  float acc[Q][64];
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int e = 0; e < 64; ++e) acc[q][e] = 0.f;
+
+  if (taps > 0) {
+    const int64_t HW = p.H * p.W;
+    const int64_t n_chunks = (p.C_in_g + kCh - 1) / kCh;
+    const int64_t tap_stride = n_chunks * col_tiles * (kTapBytes / 4);  // words between taps
+    const uint32_t* w_block =
+        wprep + ((g * p.kH * p.kW + ph.tap_base) * n_chunks * col_tiles + ct) * (kTapBytes / 4);
+    const Raw* x_image = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
+    const uint32_t smem_base = smem_addr(smem);
+    auto halo_stage = [&](int64_t c) { return static_cast<uint32_t>((c % stages) * (sl.halo_bytes + sl.w_bytes)); };
+    auto w_stage = [&](int64_t c) { return halo_stage(c) + sl.halo_bytes; };
+
+    // Halo pixels this thread stages (offsets in a channel plane are 32-bit: the host checks
+    // 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
+    const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
+    const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
+    int src[kPxPerThread];
+    unsigned inside = 0, present = 0;
+#pragma unroll
+    for (int k = 0; k < kPxPerThread; ++k) {
+      const int h = tid + k * kThreads;
+      src[k] = 0;
+      if (h < hpx) {
+        present |= 1u << k;
+        const int hr = h / hcols, hc = h - hr * hcols;
+        const int64_t ih = row0 + hr, iw = col0 + hc;
+        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
+          src[k] = static_cast<int>(ih * p.W + iw);
+          inside |= 1u << k;
+        }
+      }
+    }
+    Raw staged[kPxPerThread][kCh];
+    int ch_valid = 0;
+    auto load_halo = [&](int64_t chunk) {
+      ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - chunk * kCh));
+      const Raw* first = x_image + chunk * kCh * HW;
+#pragma unroll
+      for (int c = 0; c < kCh; ++c) {
+        const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
+#pragma unroll
+        for (int k = 0; k < kPxPerThread; ++k)
+          if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
+      }
+    };
+    auto store_halo = [&](uint32_t stage) {
+#pragma unroll
+      for (int k = 0; k < kPxPerThread; ++k) {
+        if (!((present >> k) & 1u)) continue;
+        const bool in = (inside >> k) & 1u;
+        uint32_t w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          if constexpr (kF32) {
+            w[i] = in && i < ch_valid ? to_tf32(staged[k][i]) : 0u;
+          } else {
+            const uint32_t lo = in && 2 * i < ch_valid ? staged[k][2 * i] : 0u;
+            const uint32_t hi = in && 2 * i + 1 < ch_valid ? staged[k][2 * i + 1] : 0u;
+            w[i] = lo | (hi << 16);
+          }
+        }
+        const int h = tid + k * kThreads;
+        *reinterpret_cast<uint4*>(smem + stage + h * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(smem + stage + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
+      }
+    };
+    auto load_weights = [&](int64_t chunk, uint32_t stage) {
+      // taps x 128 16-byte pieces: thread tid copies piece tid of every tap
+      const uint32_t* src_w = w_block + chunk * col_tiles * (kTapBytes / 4) + 4 * tid;
+      uint8_t* dst_w = smem + stage + 16 * tid;
+      for (int tap = 0; tap < taps; ++tap) cp_async16(dst_w + tap * kTapBytes, src_w + tap * tap_stride);
+    };
+
+    // Tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h rows and
+    // (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in.
+    auto compute = [&](int64_t c) {
+      const uint32_t a0 = smem_base + w_stage(c), b0 = smem_base + halo_stage(c);
+      const uint64_t a_desc = wgmma_desc(a0, kBlockCh * 16, 128);
+      const uint64_t b_desc = wgmma_desc(b0, sl.halo_plane, hcols * 16);
+      wgmma_fence();
+      int tap = 0;
+      for (int t_h = 0; t_h < cnt_h; ++t_h)
+        for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
+          const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
+#pragma unroll
+          for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
+            wgmma_m64n128<T>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
+        }
+      wgmma_commit();
+    };
+
+    // Stage s holds chunk c with s = c % stages. The MMAs of chunk c are issued, then chunk
+    // c + stages - 2 is written into the stage chunk c - 2 used: every warp has waited for chunk
+    // c - 2's MMAs (wait_group 1 at the end of the previous iteration) before the barrier.
+    const int ahead = stages - 2;
+    for (int64_t c = 0; c < ahead; ++c) {
+      if (c < n_chunks) {
+        load_halo(c);
+        store_halo(halo_stage(c));
+        load_weights(c, w_stage(c));
+      }
+      cp_async_commit();  // one group per chunk slot, empty or not: the waits below count them
+    }
+    if (ahead < n_chunks) load_halo(ahead);
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      // chunk c's weights: the groups after it (at most stages - 3) may still be in flight
+      if (stages == 4) {
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      } else {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+      }
+      fence_proxy_async_shared();
+      __syncthreads();
+      compute(c);
+      const int64_t next = c + ahead;
+      if (next < n_chunks) {
+        store_halo(halo_stage(next));
+        load_weights(next, w_stage(next));
+      }
+      cp_async_commit();
+      if (next + 1 < n_chunks) load_halo(next + 1);
+      wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    __syncthreads();  // the epilogue reuses the pipeline's shared memory
+  }
+
+  // Accumulators -> Cs[channel][pixel]: warp w holds channels 16w + lane / 4 (+ 8); register
+  // 4j + e of strip q is pixel q * 128 + 8j + 2 * (lane % 4) + e % 2 (tile row j of the strip).
+  float* Cs = reinterpret_cast<float*>(smem);
+  const int warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int c = 16 * warp + gq, m = q * kStripPx + 8 * j + 2 * tq;
+      *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[q][4 * j], acc[q][4 * j + 1]);
+      *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[q][4 * j + 2], acc[q][4 * j + 3]);
+    }
+  conv_epilogue<T, kStripPx * Q, kBlockCh, kThreads>(
+      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kStripPx * Q,
+      [&](int m) -> int64_t {
+        const int q = m / kStripPx, r = (m % kStripPx) / 8, c = 8 * q + m % 8;
+        if (j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
+        return (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw + p.sW * int64_t(i0 + c);
+      });
+}
+
+// weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][chunks][64-channel blocks]
+// [K-plane][64 rows][4 words]: the A operand of one MMA in core-matrix order (float32 rounded
+// to TF32, 16-bit types as pairs of neighbouring input channels), zero padded.
+template <typename T>
+__global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ wp,
+                                            ConvTranspose2dParams p, int64_t n_chunks,
+                                            int64_t col_tiles, int64_t total) {
+  constexpr bool kF32 = std::is_same<T, float>::value;
+  constexpr int kCh = chunk_channels<T>();
+  using Raw = typename std::conditional<kF32, uint32_t, unsigned short>::type;
+  const Raw* wr = reinterpret_cast<const Raw*>(w);
+  const int64_t taps = p.kH * p.kW;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int word = static_cast<int>(idx % 4), row = static_cast<int>((idx / 4) % kBlockCh);
+    const int plane = static_cast<int>((idx / (4 * kBlockCh)) % 2);
+    int64_t rest = idx / (kTapBytes / 4);
+    const int64_t blk = rest % col_tiles;
+    rest /= col_tiles;
+    const int64_t chunk = rest % n_chunks;
+    rest /= n_chunks;
+    int64_t tap = rest % taps;
+    const int64_t grp = rest / taps;
+    int64_t kh = 0, kw = 0;  // phase-ordered tap -> (kh, kw)
+    for (int64_t rh = 0; rh < p.sH; ++rh)
+      for (int64_t rw = 0; rw < p.sW; ++rw) {
+        const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
+        const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
+        const int64_t cnt = th.count * tw.count;
+        if (tap >= 0 && tap < cnt) {
+          kh = th.k0 + (tap / tw.count) * th.step;
+          kw = tw.k0 + (tap % tw.count) * tw.step;
+        }
+        tap -= cnt;
+      }
+    const int64_t oc = blk * kBlockCh + row;
+    auto value = [&](int64_t k) -> uint32_t {
+      const int64_t icg = chunk * kCh + k;
+      if (oc >= p.C_out_g || icg >= p.C_in_g) return 0;
+      const Raw v = wr[(((grp * p.C_in_g + icg) * p.C_out_g + oc) * p.kH + kh) * p.kW + kw];
+      if constexpr (kF32) {
+        return to_tf32(__uint_as_float(v));
+      } else {
+        return v;
+      }
+    };
+    wp[idx] = kF32 ? value(4 * plane + word) : (value(8 * plane + 2 * word) | (value(8 * plane + 2 * word + 1) << 16));
+  }
+}
+
+template <typename T, int Q>
+cudaError_t launch_q(const void* x, const void* wprep, const void* bias, void* out,
+                     const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
+                     cudaStream_t stream) {
+  const int64_t tiles = conv_wgmma_tiles_per_sample(p, t);
+  const int64_t col_tiles = p.groups * ceil_div(p.C_out_g, kBlockCh);
+  if (tiles == 0 || p.N == 0) return cudaSuccess;
+  if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
+  const WgSmem sl = wg_smem(p, Q, t.stages);
+  cudaError_t err = cudaFuncSetAttribute(conv_wgmma_kernel<T, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(sl.bytes));
+  if (err != cudaSuccess) return err;
+  for (int64_t n0 = 0; n0 < p.N; n0 += 65535) {
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
+                    static_cast<unsigned>(std::min<int64_t>(65535, p.N - n0)));
+    conv_wgmma_kernel<T, Q><<<grid, kThreads, sl.bytes, stream>>>(
+        static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
+        static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, kWgmmaTileRows, 8 * Q), n0, tiles);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out,
+                   const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
+                   cudaStream_t stream) {
+  if (t.q == 1) return launch_q<T, 1>(x, wprep, bias, out, p, t, ep, stream);
+  if (t.q == 2) return launch_q<T, 2>(x, wprep, bias, out, p, t, ep, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm) {
+  if (device_sm != 90) return {};
+  if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
+  // 64-channel blocks: for 32 or fewer channels per group the mma.sync kernel's narrower blocks
+  // waste less
+  if (p.C_out_g <= 32) return {};
+  if (16 * p.H * p.W > 0x7fffffff) return {};
+  const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
+  if (OHmax == 0 || OWmax == 0) return {};
+  // Cost per block and chunk: one m64n128 MMA per strip and tap (~64 cycles) plus the halo
+  // staging (~1 per pixel); the tile must also be mostly inside the phase grids.
+  WgmmaTiling best;
+  double best_cost = 0;
+  for (int q = 1; q <= 2; ++q) {
+    double cost = 0, used = 0, covered = 0;
+    bool fits = true;
+    for (int64_t rh = 0; rh < p.sH; ++rh)
+      for (int64_t rw = 0; rw < p.sW; ++rw) {
+        const PhaseTile ph = phase_tile(p, kWgmmaTileRows, 8 * q, rh, rw);
+        const int64_t taps = ph.th.count * ph.tw.count;
+        if (taps > 0 && ph.hrows * ph.hcols > kMaxHalo) fits = false;
+        cost += static_cast<double>(ph.tiles) * (64.0 * q * taps + (taps > 0 ? ph.hrows * ph.hcols : 0));
+        used += static_cast<double>(ph.OHp * ph.OWp);
+        covered += static_cast<double>(ph.tiles) * kStripPx * q;
+      }
+    if (!fits || !phase_table_fits(p, kWgmmaTileRows, 8 * q) || used < 0.6 * covered) continue;
+    int stages = 0;
+    for (int s = 4; s >= 3 && stages == 0; --s)
+      if (wg_smem(p, q, s).bytes <= kTwoBlocksSmem) stages = s;
+    if (stages == 0 && wg_smem(p, q, 3).bytes <= kMaxSmem) {
+      stages = 3;
+      cost *= 1.3;  // one block per SM: no other block hides this one's epilogue
+    }
+    if (stages == 0) continue;
+    if (best.q == 0 || cost < best_cost) {
+      best = {q, stages};
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t) {
+  return phase_tiles_per_sample(p, kWgmmaTileRows, 8 * t.q);
+}
+
+// In elements of the input dtype (the buffer is allocated with the weight's dtype).
+int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype) {
+  const int64_t words = p.groups * p.kH * p.kW * ceil_div(p.C_in_g, chunk_channels(dtype)) *
+                        ceil_div(p.C_out_g, kBlockCh) * (kTapBytes / 4);
+  return dtype == DType::F32 ? words : 2 * words;
+}
+
+cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,
+                                      const ConvTranspose2dParams& p, cudaStream_t stream) {
+  const int64_t n_chunks = ceil_div(p.C_in_g, chunk_channels(dtype));
+  const int64_t col_tiles = ceil_div(p.C_out_g, kBlockCh);
+  const int64_t total = p.groups * p.kH * p.kW * n_chunks * col_tiles * (kTapBytes / 4);
+  if (total == 0) return cudaSuccess;
+  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
+  uint32_t* wp = static_cast<uint32_t*>(prepared);
+  switch (dtype) {
+    case DType::F32: prepare_wgmma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float*>(weight), wp, p, n_chunks, col_tiles, total); break;
+    case DType::F16: prepare_wgmma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __half*>(weight), wp, p, n_chunks, col_tiles, total); break;
+    case DType::BF16: prepare_wgmma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(weight), wp, p, n_chunks, col_tiles, total); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t conv_wgmma_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
+                               DType dtype, const ConvTranspose2dParams& p, const WgmmaTiling& t,
+                               const ConvEpilogue& ep, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::F32: return launch<float>(x, prepared_weight, bias, out, p, t, ep, stream);
+    case DType::F16: return launch<__half>(x, prepared_weight, bias, out, p, t, ep, stream);
+    case DType::BF16: return launch<__nv_bfloat16>(x, prepared_weight, bias, out, p, t, ep, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace cuda
+}  // namespace myops
