@@ -9,6 +9,19 @@ from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
                        random_wide_conv_config, ref_conv_transpose2d, tolerance)
 
+def check_random_configs(rng, count, make_config, dtype, device):
+    """myops.conv_transpose2d against float64 PyTorch on `count` configurations from make_config."""
+    for i in range(count):
+        cfg = make_config(rng)
+        x, w, b = make_conv_inputs(cfg, dtype, device)
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
+        assert out.dtype == dtype and out.device.type == torch.device(device).type
+        try:
+            assert_matches(out, ref_conv_transpose2d(x, w, b, *conv_args(cfg)), tolerance(dtype, device))
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: {cfg}: {e}") from None
+
+
 # (dtype, number of random configurations)
 RANDOM_RUNS = [(torch.float32, 300), (torch.float64, 60), (torch.bfloat16, 60), (torch.float16, 60)]
 
@@ -16,17 +29,7 @@ RANDOM_RUNS = [(torch.float32, 300), (torch.float64, 60), (torch.bfloat16, 60), 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype,count", RANDOM_RUNS, ids=lambda v: str(v))
 def test_random_configs_match_pytorch(device, dtype, count):
-    rng = random.Random(1234 + count)
-    for i in range(count):
-        cfg = random_conv_config(rng)
-        x, w, b = make_conv_inputs(cfg, dtype, device)
-        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
-        ref = ref_conv_transpose2d(x, w, b, *conv_args(cfg))
-        assert out.dtype == dtype and out.device.type == device
-        try:
-            assert_matches(out, ref, tolerance(dtype, device))
-        except AssertionError as e:
-            raise AssertionError(f"config {i}: {cfg}: {e}") from None
+    check_random_configs(random.Random(1234 + count), count, random_conv_config, dtype, device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -91,15 +94,7 @@ def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):
     # MYOPS_DISABLE_MMA=1 routes every call to the generic implicit-GEMM kernel, which otherwise
     # only runs float64, strict float32 and shapes the mma kernel does not take
     monkeypatch.setenv("MYOPS_DISABLE_MMA", "1")
-    rng = random.Random(77)
-    for i in range(100):
-        cfg = random_conv_config(rng)
-        x, w, b = make_conv_inputs(cfg, dtype, device)
-        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
-        try:
-            assert_matches(out, ref_conv_transpose2d(x, w, b, *conv_args(cfg)), tolerance(dtype, device))
-        except AssertionError as e:
-            raise AssertionError(f"config {i}: {cfg}: {e}") from None
+    check_random_configs(random.Random(77), 100, random_conv_config, dtype, device)
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
@@ -110,12 +105,4 @@ def test_wide_layers_random_configs(device, dtype, kernel, monkeypatch):
     # an H100, the opt-in wgmma kernel (MYOPS_ENABLE_WGMMA=1) on the same configs
     if kernel == "wgmma":
         monkeypatch.setenv("MYOPS_ENABLE_WGMMA", "1")
-    rng = random.Random(4242)
-    for i in range(40):
-        cfg = random_wide_conv_config(rng)
-        x, w, b = make_conv_inputs(cfg, dtype, device)
-        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
-        try:
-            assert_matches(out, ref_conv_transpose2d(x, w, b, *conv_args(cfg)), tolerance(dtype, device))
-        except AssertionError as e:
-            raise AssertionError(f"config {i}: {cfg}: {e}") from None
+    check_random_configs(random.Random(4242), 40, random_wide_conv_config, dtype, device)

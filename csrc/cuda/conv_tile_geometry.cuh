@@ -3,6 +3,7 @@
 // output pixels of one phase grid; per phase, the taps that reach it and the input halo a tile
 // reads. The host builds a 32-bit PhaseTable from it so that a block finds its phase and tile
 // with a short search instead of 64-bit divisions; plus the PTX helpers both kernels use.
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/conv_common.cuh"
@@ -32,6 +33,39 @@ inline PhaseTile phase_tile(const ConvTranspose2dParams& p, int th, int tw, int6
   ph.hrows = th + static_cast<int>(ph.th.count > 0 ? (ph.th.count - 1) * ph.th.off_step : 0);
   ph.hcols = tw + static_cast<int>(ph.tw.count > 0 ? (ph.tw.count - 1) * ph.tw.off_step : 0);
   return ph;
+}
+
+// The most taps and the largest halo (pixels) over a tiling's phases: they size a pipeline stage.
+struct PhaseMaxima {
+  int taps = 0, halo = 0;
+};
+inline PhaseMaxima phase_maxima(const ConvTranspose2dParams& p, int th, int tw) {
+  PhaseMaxima m;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw) {
+      const PhaseTile ph = phase_tile(p, th, tw, rh, rw);
+      m.taps = std::max<int>(m.taps, static_cast<int>(ph.th.count * ph.tw.count));
+      m.halo = std::max(m.halo, ph.hrows * ph.hcols);
+    }
+  return m;
+}
+
+// Tap index in phase order (phases row-major by residue, then t_h-major within a phase: the
+// order of the prepared weights) -> kernel position (kh, kw).
+__host__ __device__ inline void phase_ordered_tap(const ConvTranspose2dParams& p, int64_t tap, int64_t& kh,
+                                                  int64_t& kw) {
+  kh = kw = 0;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw) {
+      const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
+      const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
+      const int64_t cnt = th.count * tw.count;
+      if (tap >= 0 && tap < cnt) {
+        kh = th.k0 + (tap / tw.count) * th.step;
+        kw = tw.k0 + (tap % tw.count) * tw.step;
+      }
+      tap -= cnt;
+    }
 }
 
 // The launch's phases in 32-bit form (the host checks the ranges), so that a block finds its

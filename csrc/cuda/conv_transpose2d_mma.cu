@@ -52,16 +52,10 @@ struct SmemLayout {
 };
 
 SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
-  int max_taps = 0, max_halo = 0;
-  for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTile ph = phase_tile(p, t.th, t.tw, rh, rw);
-      max_taps = std::max<int>(max_taps, static_cast<int>(ph.th.count * ph.tw.count));
-      max_halo = std::max(max_halo, ph.hrows * ph.hcols);
-    }
+  const PhaseMaxima most = phase_maxima(p, t.th, t.tw);
   SmemLayout s;
-  s.w_stage = max_taps * t.mt * t.wm * kFragWords;
-  s.t_stage = t.tn * max_halo * kHaloPitch;
+  s.w_stage = most.taps * t.mt * t.wm * kFragWords;
+  s.t_stage = t.tn * most.halo * kHaloPitch;
   s.c_ld = kTilePx + 8;
   const int pipeline = 2 * (s.w_stage + s.t_stage), epilogue = 16 * t.mt * t.wm * s.c_ld;
   s.bytes = 4 * static_cast<size_t>(std::max(pipeline, epilogue));
@@ -293,21 +287,9 @@ __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __r
     rest /= co16;
     const int64_t chunk = rest % n_chunks;
     rest /= n_chunks;
-    int64_t tap = rest % taps;
-    const int64_t grp = rest / taps;
-    // phase-ordered tap -> (kh, kw)
-    int64_t kh = 0, kw = 0;
-    for (int64_t rh = 0; rh < p.sH; ++rh)
-      for (int64_t rw = 0; rw < p.sW; ++rw) {
-        const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
-        const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
-        const int64_t cnt = th.count * tw.count;
-        if (tap >= 0 && tap < cnt) {
-          kh = th.k0 + (tap / tw.count) * th.step;
-          kw = tw.k0 + (tap % tw.count) * tw.step;
-        }
-        tap -= cnt;
-      }
+    const int64_t tap = rest % taps, grp = rest / taps;
+    int64_t kh, kw;
+    phase_ordered_tap(p, tap, kh, kw);
     const int64_t oc = blk * 16 + lane / 4 + 8 * (word % 2);
     const int64_t k = kF32 ? lane % 4 + 4 * (word / 2) : 2 * (lane % 4) + 8 * (word / 2);
     auto value = [&](int64_t kk) -> uint32_t {
@@ -368,12 +350,7 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
 // Images per tile when one tile covers a whole phase grid: as many as fill the block's pixels
 // and halo and keep the halo offsets 32-bit (fewer, fuller blocks: the same work per block).
 int images_per_tile(const ConvTranspose2dParams& p, const MmaTiling& t) {
-  int max_halo = 1;
-  for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTile ph = phase_tile(p, t.th, t.tw, rh, rw);
-      max_halo = std::max(max_halo, ph.hrows * ph.hcols);
-    }
+  const int max_halo = std::max(1, phase_maxima(p, t.th, t.tw).halo);
   int64_t tn = std::min<int64_t>({kTilePx / (t.th * t.tw), kMaxHalo / max_halo, p.N});
   while (tn > 1 && (tn * p.C_in + 16) * p.H * p.W > 0x7fffffff) --tn;
   return static_cast<int>(std::max<int64_t>(tn, 1));

@@ -35,17 +35,11 @@ struct WgSmem {
 };
 
 WgSmem wg_smem(const ConvTranspose2dParams& p, int q, int stages) {
-  int max_taps = 0, max_halo = 0;
-  for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTile ph = phase_tile(p, kWgmmaTileRows, 8 * q, rh, rw);
-      max_taps = std::max<int>(max_taps, static_cast<int>(ph.th.count * ph.tw.count));
-      max_halo = std::max(max_halo, ph.hrows * ph.hcols);
-    }
+  const PhaseMaxima most = phase_maxima(p, kWgmmaTileRows, 8 * q);
   WgSmem s;
-  s.halo_plane = max_halo * 16;
+  s.halo_plane = most.halo * 16;
   s.halo_bytes = 2 * s.halo_plane;
-  s.w_bytes = max_taps * kTapBytes;
+  s.w_bytes = most.taps * kTapBytes;
   s.c_ld = kStripPx * q + 8;
   s.bytes = std::max(static_cast<size_t>(stages) * (s.halo_bytes + s.w_bytes),
                      static_cast<size_t>(4 * kBlockCh * s.c_ld));
@@ -259,20 +253,9 @@ __global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* _
     rest /= col_tiles;
     const int64_t chunk = rest % n_chunks;
     rest /= n_chunks;
-    int64_t tap = rest % taps;
-    const int64_t grp = rest / taps;
-    int64_t kh = 0, kw = 0;  // phase-ordered tap -> (kh, kw)
-    for (int64_t rh = 0; rh < p.sH; ++rh)
-      for (int64_t rw = 0; rw < p.sW; ++rw) {
-        const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
-        const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
-        const int64_t cnt = th.count * tw.count;
-        if (tap >= 0 && tap < cnt) {
-          kh = th.k0 + (tap / tw.count) * th.step;
-          kw = tw.k0 + (tap % tw.count) * tw.step;
-        }
-        tap -= cnt;
-      }
+    const int64_t tap = rest % taps, grp = rest / taps;
+    int64_t kh, kw;
+    phase_ordered_tap(p, tap, kh, kw);
     const int64_t oc = blk * kBlockCh + row;
     auto value = [&](int64_t k) -> uint32_t {
       const int64_t icg = chunk * kCh + k;
