@@ -37,6 +37,14 @@ def compare(model, x, device, reps=None, extra_rows=()):
             err = (fn().double() - ref).abs().max().item()
             results[name] = median_ms(fn, device, warmup=3, reps=reps)
             print(f"{name:52s} max |err| vs float64 {err:.2e}   median {results[name]:9.3f} ms")
+            if os.environ.get("MYOPS_DEMO_PROFILE") and device == "cuda":
+                # a tuning aid: per-kernel CUDA times, taken here because both compiled models
+                # share Dynamo's cache (after the reset below, `plain` would run myops kernels)
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        fn()
+                    torch.cuda.synchronize()
+                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
 
         for name, fn in rows:
             measure(name, fn)
@@ -54,15 +62,6 @@ def compare(model, x, device, reps=None, extra_rows=()):
         print(f"myops replacements: {replaced}")
         measure("torch.compile + myops", lambda: fused(x))
         mc.disable()
-        if os.environ.get("MYOPS_DEMO_PROFILE"):  # a tuning aid: per-kernel CUDA times of both
-            for name in ("torch.compile (Inductor)", "torch.compile + myops"):
-                fn = plain if name.startswith("torch.compile (") else fused
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                    for _ in range(5):
-                        fn(x)
-                    torch.cuda.synchronize()
-                print(name)
-                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
         speedup = results["torch.compile (Inductor)"] / results["torch.compile + myops"]
         print(f"torch.compile + myops vs plain torch.compile: {speedup:.2f}x")
     return replaced, results

@@ -5,6 +5,7 @@
 // with a short search instead of 64-bit divisions; plus the PTX helpers both kernels use.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/conv_common.cuh"
 
@@ -145,6 +146,29 @@ __device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
 // Round to TF32 (nearest, ties away: cvt.rna's rounding) with two integer ops; sm_90 expands
 // cvt.rna.tf32.f32 to five. Infinities and NaNs keep their class.
 __device__ inline uint32_t to_tf32(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
+
+// Input channels per pipeline chunk: 32 bytes of each halo pixel (8 float32 / 16 16-bit).
+template <typename T>
+constexpr int chunk_channels() { return std::is_same<T, float>::value ? 8 : 16; }
+inline int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
+
+// A chunk's channels as loaded (float, or the 16-bit pattern) -> the 8 words one halo pixel
+// holds in shared memory: float32 rounded to TF32, 16-bit values in pairs (low = even channel);
+// channels past ch_valid and pixels outside the input are zero.
+template <typename T, typename Raw>
+__device__ inline void pack_halo_pixel(const Raw (&v)[chunk_channels<T>()], bool inside, int ch_valid,
+                                       uint32_t (&w)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if constexpr (std::is_same<T, float>::value) {
+      w[i] = inside && i < ch_valid ? to_tf32(v[i]) : 0u;
+    } else {
+      const uint32_t lo = inside && 2 * i < ch_valid ? v[2 * i] : 0u;
+      const uint32_t hi = inside && 2 * i + 1 < ch_valid ? v[2 * i + 1] : 0u;
+      w[i] = lo | (hi << 16);
+    }
+  }
+}
 
 }  // namespace cuda
 }  // namespace myops

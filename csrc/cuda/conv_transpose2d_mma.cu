@@ -23,9 +23,6 @@ constexpr int kFragWords = 128;              // one m16 A fragment for a warp: 3
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr size_t kTwoBlocksSmem = 110 * 1024;  // two blocks per SM fit under this
 
-template <typename T>
-constexpr int chunk_channels() { return std::is_same<T, float>::value ? 8 : 16; }
-int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
 
 template <typename T>
 __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -152,16 +149,7 @@ __global__ void __launch_bounds__(128 * WM, 2)
         if (dst[k] < 0) continue;
         const bool in = (inside >> k) & 1u;
         uint32_t w[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          if constexpr (kF32) {
-            w[i] = in && i < ch_valid ? to_tf32(staged[k][i]) : 0u;
-          } else {
-            const uint32_t lo = in && 2 * i < ch_valid ? staged[k][2 * i] : 0u;
-            const uint32_t hi = in && 2 * i + 1 < ch_valid ? staged[k][2 * i + 1] : 0u;
-            w[i] = lo | (hi << 16);
-          }
-        }
+        pack_halo_pixel<T>(staged[k], in, ch_valid, w);
         uint4* d = reinterpret_cast<uint4*>(stage + dst[k] * kHaloPitch);
         d[0] = make_uint4(w[0], w[1], w[2], w[3]);
         d[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -430,24 +418,28 @@ cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dt
   if (total == 0) return cudaSuccess;
   const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
   uint32_t* wp = static_cast<uint32_t*>(prepared);
-  switch (dtype) {
-    case DType::F32: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float*>(weight), wp, p, n_chunks, co16, total); break;
-    case DType::F16: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __half*>(weight), wp, p, n_chunks, co16, total); break;
-    case DType::BF16: prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(weight), wp, p, n_chunks, co16, total); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same<T, double>::value) {
+      return cudaErrorInvalidValue;  // no float64 tensor cores
+    } else {
+      prepare_mma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const T*>(weight), wp, p, n_chunks, co16, total);
+      return cudaGetLastError();
+    }
+  });
 }
 
 cudaError_t conv_mma_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
                              DType dtype, const ConvTranspose2dParams& p, const MmaTiling& t,
                              const ConvEpilogue& ep, cudaStream_t stream) {
-  switch (dtype) {
-    case DType::F32: return launch<float>(x, prepared_weight, bias, out, p, t, ep, stream);
-    case DType::F16: return launch<__half>(x, prepared_weight, bias, out, p, t, ep, stream);
-    case DType::BF16: return launch<__nv_bfloat16>(x, prepared_weight, bias, out, p, t, ep, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same<T, double>::value) {
+      return cudaErrorInvalidValue;
+    } else {
+      return launch<T>(x, prepared_weight, bias, out, p, t, ep, stream);
+    }
+  });
 }
 
 }  // namespace cuda
