@@ -23,9 +23,10 @@ step build python3 setup.py build_ext --inplace
 step pytest python3 -m pytest tests -q -p no:cacheprovider
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only
-# the opt-in Hopper kernel (MYOPS_ENABLE_WGMMA=1) on the same cases
-step memcheck_wgmma env MYOPS_ENABLE_WGMMA=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
-step racecheck_wgmma env MYOPS_ENABLE_WGMMA=1 compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only
+# the Hopper kernel on every case it can run, and the mma.sync kernel alone
+step memcheck_wgmma env MYOPS_FORCE_WGMMA=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
+step racecheck_wgmma env MYOPS_FORCE_WGMMA=1 compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only
+step memcheck_mma env MYOPS_DISABLE_WGMMA=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step demo_seed_block python3 compile_demos/seed_block.py
 step demo_vae_up_block python3 compile_demos/vae_up_block.py
 step demo_dcgan_generator python3 compile_demos/dcgan_generator.py

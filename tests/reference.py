@@ -83,6 +83,17 @@ def random_wide_conv_config(rng: random.Random):
             return cfg
 
 
+# The CUDA conv kernel a test runs through (the switches are read per call; plans are cached per
+# setting): "default" is the choice as shipped, "mma" the mma.sync kernel alone, "wgmma" the Hopper
+# kernel on every call it can run (elsewhere, and off sm_90, the choice as shipped).
+CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1"}, "wgmma": {"MYOPS_FORCE_WGMMA": "1"}}
+
+
+def set_conv_kernel(monkeypatch, kernel):
+    for name, value in CONV_KERNEL_SWITCHES[kernel].items():
+        monkeypatch.setenv(name, value)
+
+
 def make_conv_inputs(cfg, dtype, device, requires_grad=False):
     g = cfg["groups"]
     x = torch.randn(cfg["N"], cfg["C_in"], cfg["H"], cfg["W"], dtype=dtype, device=device)

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_wide_conv_config, ref_conv_transpose2d, tolerance)
+                       random_wide_conv_config, ref_conv_transpose2d, set_conv_kernel, tolerance)
 
 def check_random_configs(rng, count, make_config, dtype, device):
     """myops.conv_transpose2d against float64 PyTorch on `count` configurations from make_config."""
@@ -99,10 +99,9 @@ def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kernel", ["default", "wgmma"])
+@pytest.mark.parametrize("kernel", ["default", "mma", "wgmma"])
 def test_wide_layers_random_configs(device, dtype, kernel, monkeypatch):
-    # > 32 output channels per group on 12-40 pixel maps: the mma.sync kernel by default and, on
-    # an H100, the opt-in wgmma kernel (MYOPS_ENABLE_WGMMA=1) on the same configs
-    if kernel == "wgmma":
-        monkeypatch.setenv("MYOPS_ENABLE_WGMMA", "1")
+    # > 32 output channels per group on 12-40 pixel maps, through the kernel choice as shipped,
+    # the mma.sync kernel alone, and (on an H100) the wgmma kernel on every config it can run
+    set_conv_kernel(monkeypatch, kernel)
     check_random_configs(random.Random(4242), 40, random_wide_conv_config, dtype, device)

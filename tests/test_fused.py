@@ -6,8 +6,8 @@ import torch.nn.functional as F
 
 import myops
 from conftest import DEVICES
-from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config, ref_fused,
-                       random_wide_conv_config, tolerance)
+from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
+                       random_wide_conv_config, ref_fused, set_conv_kernel, tolerance)
 
 RANDOM_RUNS = [(torch.float32, 100), (torch.float64, 30), (torch.bfloat16, 30), (torch.float16, 30)]
 
@@ -101,12 +101,11 @@ def test_small_maps_tile_several_images(device, dtype, hw, kernel, stride, paddi
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kernel", ["default", "wgmma"])
+@pytest.mark.parametrize("kernel", ["default", "mma", "wgmma"])
 def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
-    # wide layers through the fused epilogue (GELU, GroupNorm partials) of the default kernel
-    # and of the opt-in wgmma kernel (MYOPS_ENABLE_WGMMA=1, taken on an H100)
-    if kernel == "wgmma":
-        monkeypatch.setenv("MYOPS_ENABLE_WGMMA", "1")
+    # wide layers through the fused epilogue (GELU, GroupNorm partials): the kernel choice as
+    # shipped, the mma.sync kernel alone, and (on an H100) the wgmma kernel wherever it can run
+    set_conv_kernel(monkeypatch, kernel)
     rng = random.Random(2024)
     for i in range(20):
         cfg, args = random_fused_case(rng, dtype, device, random_wide_conv_config)

@@ -53,30 +53,51 @@ __host__ __device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t 
 // in a register, and the partials reduced by shuffles in a fixed order. A tile may hold
 // `images` images of `image_px` pixels each (small maps): their partials are then reduced
 // per image, one lane per image, in a fixed order too.
-template <typename T, int BM, int BN, int kThreads, typename PixelOffset>
+// The epilogue runs on threads ew.tid in [0, kThreads) (a whole block, or the consumer
+// warpgroup of a warp-specialised kernel); ew.sync() is a barrier over exactly those threads and
+// ew.pix_off holds BM entries of shared memory.
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+template <typename Sync = BlockSync>
+struct EpilogueThreads {
+  int tid;
+  int64_t* pix_off;
+  Sync sync;
+};
+
+template <typename T, int BM, int BN, int kThreads, typename Sync, typename PixelOffset>
 __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
                               const T* __restrict__ bias, T* __restrict__ out,
                               const ConvTranspose2dParams& p, const ConvEpilogue& ep, int64_t n,
                               int64_t g, int64_t oc0, int64_t tile_index, int64_t tiles_per_sample,
-                              int images, int image_px, PixelOffset pixel_offset) {
+                              int images, int image_px, EpilogueThreads<Sync> ew,
+                              PixelOffset pixel_offset) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   using Traits = DTypeTraits<T>;
   constexpr int kWarps = kThreads / 32, kPerLane = BM / 32;
   static_assert(BM % 32 == 0 && kThreads % 32 == 0, "epilogue layout");
-  __shared__ int64_t pix_off[BM];
-  for (int m = threadIdx.x; m < BM; m += kThreads) pix_off[m] = pixel_offset(m);
-  __syncthreads();
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int64_t* pix_off = ew.pix_off;
+  for (int m = ew.tid; m < BM; m += kThreads) pix_off[m] = pixel_offset(m);
+  ew.sync();
+  const int lane = ew.tid % 32, warp = ew.tid / 32;
   int64_t off[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) off[j] = pix_off[lane + 32 * j];
   const int c_valid = static_cast<int>(min(static_cast<int64_t>(BN), p.C_out_g - oc0));
   const int64_t plane = p.OH * p.OW;
+  // Lane i holds the bias of the warp's i-th channel: one load per warp up front instead of one
+  // per channel, whose latency every channel would wait for.
+  constexpr int kChPerWarp = (BN + kWarps - 1) / kWarps;
+  static_assert(kChPerWarp <= 32, "one bias per lane");
+  acc_t lane_bias = 0;
+  if (bias != nullptr && lane < kChPerWarp && warp + lane * kWarps < c_valid)
+    lane_bias = Traits::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
   auto run = [&](auto with_gelu) {
-    for (int c = warp; c < c_valid; c += kWarps) {
+    for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i) {
       const int64_t oc = g * p.C_out_g + oc0 + c;
       T* chan = out + (n * p.C_out + oc) * plane;
-      const acc_t b = bias ? Traits::to_acc(bias[oc]) : acc_t(0);
+      const acc_t b = __shfl_sync(0xffffffffu, lane_bias, i);
       acc_t stored[kPerLane];
       acc_t sum = 0, count = 0;
 #pragma unroll

@@ -229,8 +229,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
 
   const int m_valid = static_cast<int>(P - m_base < kBM ? P - m_base : kBM);
+  __shared__ int64_t pix_off[kBM];
   conv_epilogue<T, kBM, BN, kThreads>(
-      Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM, [&](int m) -> int64_t {
+      Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM,
+      EpilogueThreads<>{static_cast<int>(threadIdx.x), pix_off}, [&](int m) -> int64_t {
         if (m >= m_valid) return -1;
         const int64_t mg = m_base + m;
         return (ph.rh + p.sH * (mg / ph.OWp)) * p.OW + ph.rw + p.sW * (mg % ph.OWp);
@@ -295,9 +297,9 @@ cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out
 namespace {
 
 ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_mma,
-                   bool allow_wgmma, int device_sm) {
+                   bool allow_wgmma, bool force_wgmma, int device_sm) {
   ConvPlan plan;
-  if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm);
+  if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, force_wgmma);
   if (plan.wg.q > 0) {
     plan.engine = ConvEngine::Wgmma;
     plan.tiles_per_sample = conv_wgmma_tiles_per_sample(p, plan.wg);
@@ -339,14 +341,15 @@ int current_device_sm() {
 }  // namespace
 
 ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
-  const bool allow_mma = !env_flag("MYOPS_DISABLE_MMA"), allow_wgmma = env_flag("MYOPS_ENABLE_WGMMA");
+  const bool allow_mma = !env_flag("MYOPS_DISABLE_MMA"), allow_wgmma = !env_flag("MYOPS_DISABLE_WGMMA");
+  const bool force_wgmma = env_flag("MYOPS_FORCE_WGMMA");
   const int device_sm = current_device_sm();
   // The tiling search costs tens to hundreds of microseconds of host time, as much as a small
   // layer's kernels: plans are cached by everything they depend on (not the batch size).
   using Key = std::array<int64_t, 18>;
   const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
                 p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math),
-                allow_mma + 2 * allow_wgmma, device_sm};
+                allow_mma + 2 * allow_wgmma + 4 * force_wgmma, device_sm};
   static std::mutex mutex;
   static std::map<Key, ConvPlan> cache;
   {
@@ -354,7 +357,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     const auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const ConvPlan plan = make_plan(p, dtype, fp32_math, allow_mma, allow_wgmma, device_sm);
+  const ConvPlan plan = make_plan(p, dtype, fp32_math, allow_mma, allow_wgmma, force_wgmma, device_sm);
   const std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= 4096) cache.clear();  // bounded: a stream of new shapes cannot grow it forever
   cache.emplace(key, plan);

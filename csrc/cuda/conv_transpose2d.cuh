@@ -20,13 +20,13 @@ struct ConvEpilogue {
   void* tile_stats = nullptr;
 };
 
-// Which kernel runs a call and what it needs: tensor-core calls whose input halo and weights
-// fit in shared memory take the mma.sync kernel (conv_transpose2d_mma.cuh), the rest (float64,
-// strict float32, very large kernels) the generic implicit-GEMM kernel. The Hopper wgmma kernel
-// (conv_transpose2d_wgmma.cuh) is opt-in, MYOPS_ENABLE_WGMMA=1 on sm_90: correct and tested, but
-// measured slower than the mma.sync kernel on most seed layers (NOTES_GPU.md says why). Then it
-// takes calls with more than 32 output channels per group whose tiles the phase grids mostly fill.
-// MYOPS_DISABLE_MMA=1 forces the generic kernel (tests use these switches to cover every kernel).
+// Which kernel runs a call and what it needs: on sm_90, calls with more than 32 output channels
+// per group whose 16 x 16 tiles the phase grids mostly fill (and, in float32, with 8 or more taps
+// per phase) take the warp-specialised wgmma kernel (conv_transpose2d_wgmma.cuh); other
+// tensor-core calls whose input halo and weights fit in shared memory take the mma.sync kernel
+// (conv_transpose2d_mma.cuh), the rest (float64, strict float32, very large kernels) the generic
+// implicit-GEMM kernel. Switches (tests use them to cover every kernel): MYOPS_DISABLE_WGMMA=1,
+// MYOPS_FORCE_WGMMA=1 (wgmma for every call it can run), MYOPS_DISABLE_MMA=1 (generic only).
 enum class ConvEngine { Generic, Mma, Wgmma };
 struct ConvPlan {
   ConvEngine engine = ConvEngine::Generic;

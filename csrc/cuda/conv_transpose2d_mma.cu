@@ -245,9 +245,10 @@ __global__ void __launch_bounds__(128 * WM, 2)
       *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
     }
   const int tw = tl.tw;
+  __shared__ int64_t pix_off[kTilePx];
   conv_epilogue<T, kTilePx, kBN, kThreads>(
       Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, images, tile_px,
-      [&](int m) -> int64_t {
+      EpilogueThreads<>{static_cast<int>(threadIdx.x), pix_off}, [&](int m) -> int64_t {
         const int img = m / tile_px, r = (m - img * tile_px) / tw, c = m - img * tile_px - r * tw;
         if (img >= images || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
         return img * p.C_out * p.OH * p.OW + (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw +

@@ -7,28 +7,34 @@
 #include "cuda/conv_common.cuh"
 #include "cuda/conv_tile_geometry.cuh"
 #include "cuda/conv_transpose2d_wgmma.cuh"
+#include "cuda/hopper_pipeline.cuh"
 #include "cuda/wgmma_ops.cuh"
 
 namespace myops {
 namespace cuda {
 namespace {
 
-constexpr int kThreads = 128;     // one warpgroup
+constexpr int kWarpgroup = 128;
+constexpr int kThreads = 2 * kWarpgroup;  // warpgroup 0 stages chunks, warpgroup 1 issues the MMAs
+// Registers per thread after reallocation: they sum to 2 x 128, so two blocks fit an SM (the
+// consumer's 64 x 128q-pixel accumulators need 64q registers).
+constexpr int kProducerRegs = 96, kConsumerRegs = 160;
 constexpr int kBlockCh = 64;      // output channels per block: the MMA's M
 constexpr int kStripPx = 128;     // pixels per strip: 16 rows x 8 columns, the MMA's N
-constexpr int kMaxHalo = 512;     // halo pixels per tile (4 per thread)
-constexpr int kPxPerThread = kMaxHalo / kThreads;
+constexpr int kMaxHalo = 512;     // halo pixels per tile (4 per producer thread)
+constexpr int kPxPerThread = kMaxHalo / kWarpgroup;
 constexpr int kTapBytes = 2 * kBlockCh * 16;  // A of one tap and chunk: 2 K-planes x 64 rows x 16 B
+constexpr int kMaxStages = 4;
+constexpr int kBarrierBytes = 128;  // full[kMaxStages] and empty[kMaxStages] mbarriers, padded
 constexpr size_t kMaxSmem = 227 * 1024;
 constexpr size_t kTwoBlocksSmem = 113 * 1024;
-
 
 struct WgSmem {
   int halo_plane;   // bytes between the two K-planes of a stage's halo (the B operand's K stride)
   int halo_bytes;   // one stage of halo
-  int w_bytes;      // one stage of weights
+  int stage_bytes;  // halo + the most taps' weights
   int c_ld;         // epilogue Cs row stride (floats)
-  size_t bytes;     // the whole pipeline (or the epilogue's Cs, if larger)
+  size_t bytes;     // mbarriers + the whole pipeline (or the epilogue's Cs and offsets, if larger)
 };
 
 WgSmem wg_smem(const ConvTranspose2dParams& p, int q, int stages) {
@@ -36,10 +42,10 @@ WgSmem wg_smem(const ConvTranspose2dParams& p, int q, int stages) {
   WgSmem s;
   s.halo_plane = most.halo * 16;
   s.halo_bytes = 2 * s.halo_plane;
-  s.w_bytes = most.taps * kTapBytes;
+  s.stage_bytes = s.halo_bytes + most.taps * kTapBytes;
   s.c_ld = kStripPx * q + 8;
-  s.bytes = std::max(static_cast<size_t>(stages) * (s.halo_bytes + s.w_bytes),
-                     static_cast<size_t>(4 * kBlockCh * s.c_ld));
+  const size_t epilogue = 4 * kBlockCh * s.c_ld + 8 * kStripPx * q;
+  s.bytes = kBarrierBytes + std::max(static_cast<size_t>(stages) * s.stage_bytes, epilogue);
   return s;
 }
 
@@ -54,8 +60,11 @@ __device__ inline void wgmma_m64n128(float (&d)[64], uint64_t a, uint64_t b) {
   }
 }
 
+// Stage s holds chunk c = s + k * stages in its k-th round. full[s] completes when the producer
+// warpgroup has stored the chunk's halo (128 arrivals) and the chunk's weights have landed (bulk
+// copy bytes); empty[s] when the consumer's MMAs that read it have finished (128 arrivals).
 template <typename T, int Q>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     conv_wgmma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                       ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t n_base,
@@ -65,7 +74,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kTW = 8 * Q;
   using Raw = typename std::conditional<kF32, float, unsigned short>::type;
   extern __shared__ __align__(128) uint8_t smem[];
-  const int tid = threadIdx.x;
+  const uint32_t bars = smem_addr(smem), pipe = bars + kBarrierBytes;
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 8 * (kMaxStages + s); };
+  auto stage = [&](int s) { return static_cast<uint32_t>(s * sl.stage_bytes); };  // from pipe
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(full(s), kWarpgroup);
+      mbar_init(empty(s), kWarpgroup);
+    }
+  }
+  __syncthreads();
 
   const int64_t n = n_base + blockIdx.z;
   const int64_t col_tiles = (p.C_out_g + kBlockCh - 1) / kBlockCh;
@@ -75,23 +94,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int j0 = origin.j0, i0 = origin.i0;
   const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
   const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
+  const int n_chunks = taps > 0 ? static_cast<int>((p.C_in_g + kCh - 1) / kCh) : 0;
 
-  float acc[Q][64];
-#pragma unroll
-  for (int q = 0; q < Q; ++q)
-#pragma unroll
-    for (int e = 0; e < 64; ++e) acc[q][e] = 0.f;
-
-  if (taps > 0) {
+  if (threadIdx.x < kWarpgroup) {
+    // Producer: per chunk, the halo through registers (NCHW planes -> 16-byte channel groups per
+    // pixel, TF32-rounded) and the phase's weights by one bulk copy.
+    warpgroup_reg_dealloc<kProducerRegs>();
+    if (n_chunks == 0) return;
+    const int tid = threadIdx.x;
     const int64_t HW = p.H * p.W;
-    const int64_t n_chunks = (p.C_in_g + kCh - 1) / kCh;
-    const int64_t tap_stride = n_chunks * col_tiles * (kTapBytes / 4);  // words between taps
-    const uint32_t* w_block =
-        wprep + ((g * p.kH * p.kW + ph.tap_base) * n_chunks * col_tiles + ct) * (kTapBytes / 4);
+    const uint32_t w_bytes = static_cast<uint32_t>(taps * kTapBytes);
+    // prepared weights: [group][64-channel block][chunk][phase-ordered tap][one tap's A operand]
+    const int64_t w_chunk_words = p.kH * p.kW * (kTapBytes / 4);
+    const uint32_t* w_block = wprep + (g * col_tiles + ct) * n_chunks * w_chunk_words + ph.tap_base * (kTapBytes / 4);
     const Raw* x_image = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
-    const uint32_t smem_base = smem_addr(smem);
-    auto halo_stage = [&](int64_t c) { return static_cast<uint32_t>((c % stages) * (sl.halo_bytes + sl.w_bytes)); };
-    auto w_stage = [&](int64_t c) { return halo_stage(c) + sl.halo_bytes; };
 
     // Halo pixels this thread stages (offsets in a channel plane are 32-bit: the host checks
     // 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
@@ -101,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned inside = 0, present = 0;
 #pragma unroll
     for (int k = 0; k < kPxPerThread; ++k) {
-      const int h = tid + k * kThreads;
+      const int h = tid + k * kWarpgroup;
       src[k] = 0;
       if (h < hpx) {
         present |= 1u << k;
@@ -115,9 +131,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     Raw staged[kPxPerThread][kCh];
     int ch_valid = 0;
-    auto load_halo = [&](int64_t chunk) {
-      ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - chunk * kCh));
-      const Raw* first = x_image + chunk * kCh * HW;
+    auto load_halo = [&](int chunk) {
+      ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - int64_t(chunk) * kCh));
+      const Raw* first = x_image + int64_t(chunk) * kCh * HW;
 #pragma unroll
       for (int c = 0; c < kCh; ++c) {
         const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
@@ -126,82 +142,72 @@ __global__ void __launch_bounds__(kThreads, 1)
           if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
       }
     };
-    auto store_halo = [&](uint32_t stage) {
+    auto store_halo = [&](uint8_t* dst) {
 #pragma unroll
       for (int k = 0; k < kPxPerThread; ++k) {
         if (!((present >> k) & 1u)) continue;
         const bool in = (inside >> k) & 1u;
         uint32_t w[8];
         pack_halo_pixel<T>(staged[k], in, ch_valid, w);
-        const int h = tid + k * kThreads;
-        *reinterpret_cast<uint4*>(smem + stage + h * 16) = make_uint4(w[0], w[1], w[2], w[3]);
-        *reinterpret_cast<uint4*>(smem + stage + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
+        const int h = tid + k * kWarpgroup;
+        *reinterpret_cast<uint4*>(dst + h * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
       }
     };
-    auto load_weights = [&](int64_t chunk, uint32_t stage) {
-      // taps x 128 16-byte pieces: thread tid copies piece tid of every tap
-      const uint32_t* src_w = w_block + chunk * col_tiles * (kTapBytes / 4) + 4 * tid;
-      uint8_t* dst_w = smem + stage + 16 * tid;
-      for (int tap = 0; tap < taps; ++tap) cp_async16(dst_w + tap * kTapBytes, src_w + tap * tap_stride);
-    };
-
-    // Tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h rows and
-    // (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in.
-    auto compute = [&](int64_t c) {
-      const uint32_t a0 = smem_base + w_stage(c), b0 = smem_base + halo_stage(c);
-      const uint64_t a_desc = wgmma_desc(a0, kBlockCh * 16, 128);
-      const uint64_t b_desc = wgmma_desc(b0, sl.halo_plane, hcols * 16);
-      wgmma_fence();
-      int tap = 0;
-      for (int t_h = 0; t_h < cnt_h; ++t_h)
-        for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
-          const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
-#pragma unroll
-          for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
-            wgmma_m64n128<T>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
-        }
-      wgmma_commit();
-    };
-
-    // Stage s holds chunk c with s = c % stages. The MMAs of chunk c are issued, then chunk
-    // c + stages - 2 is written into the stage chunk c - 2 used: every warp has waited for chunk
-    // c - 2's MMAs (wait_group 1 at the end of the previous iteration) before the barrier.
-    const int ahead = stages - 2;
-    for (int64_t c = 0; c < ahead; ++c) {
-      if (c < n_chunks) {
-        load_halo(c);
-        store_halo(halo_stage(c));
-        load_weights(c, w_stage(c));
+    // One chunk of loads in flight per thread (two measured 4% slower on the seed layers).
+    load_halo(0);
+    for (int c = 0; c < n_chunks; ++c) {
+      const int s = c % stages, round = c / stages;
+      if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
+      if (tid == 0) {
+        mbar_expect_tx(full(s), w_bytes);
+        bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_block + c * w_chunk_words, w_bytes, full(s));
       }
-      cp_async_commit();  // one group per chunk slot, empty or not: the waits below count them
-    }
-    if (ahead < n_chunks) load_halo(ahead);
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      // chunk c's weights: the groups after it (at most stages - 3) may still be in flight
-      if (stages == 4) {
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-      } else {
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-      }
+      store_halo(smem + kBarrierBytes + stage(s));
       fence_proxy_async_shared();
-      __syncthreads();
-      compute(c);
-      const int64_t next = c + ahead;
-      if (next < n_chunks) {
-        store_halo(halo_stage(next));
-        load_weights(next, w_stage(next));
-      }
-      cp_async_commit();
-      if (next + 1 < n_chunks) load_halo(next + 1);
-      wgmma_wait<1>();
+      mbar_arrive(full(s));
+      // issued after the fence (which may wait for this thread's outstanding accesses): in
+      // flight while the thread waits for the next stage
+      if (c + 1 < n_chunks) load_halo(c + 1);
     }
-    wgmma_wait<0>();
-    __syncthreads();  // the epilogue reuses the pipeline's shared memory
+    return;
   }
+
+  // Consumer: tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h rows and
+  // (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in.
+  warpgroup_reg_alloc<kConsumerRegs>();
+  const int tid = threadIdx.x - kWarpgroup;
+  float acc[Q][64];
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int e = 0; e < 64; ++e) acc[q][e] = 0.f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const int s = c % stages;
+    mbar_wait(full(s), (c / stages) & 1);
+    const uint64_t a_desc = wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128);
+    const uint64_t b_desc = wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16);
+    wgmma_fence();
+    int tap = 0;
+    for (int t_h = 0; t_h < cnt_h; ++t_h)
+      for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
+        const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
+#pragma unroll
+        for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
+          wgmma_m64n128<T>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
+      }
+    wgmma_commit();
+    wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
+    if (c > 0) mbar_arrive(empty((c - 1) % stages));
+  }
+  wgmma_wait<0>();
+  const NamedBarrier consumers{1, kWarpgroup};
+  consumers();  // the epilogue's Cs overlays stages the other warps' MMAs read
 
   // Accumulators -> Cs[channel][pixel]: warp w holds channels 16w + lane / 4 (+ 8); register
   // 4j + e of strip q is pixel q * 128 + 8j + 2 * (lane % 4) + e % 2 (tile row j of the strip).
-  float* Cs = reinterpret_cast<float*>(smem);
+  float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
+  int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
   const int warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
 #pragma unroll
   for (int q = 0; q < Q; ++q)
@@ -211,18 +217,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[q][4 * j], acc[q][4 * j + 1]);
       *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[q][4 * j + 2], acc[q][4 * j + 3]);
     }
-  conv_epilogue<T, kStripPx * Q, kBlockCh, kThreads>(
+  conv_epilogue<T, kStripPx * Q, kBlockCh, kWarpgroup>(
       Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kStripPx * Q,
-      [&](int m) -> int64_t {
+      EpilogueThreads<NamedBarrier>{tid, pix_off, consumers}, [&](int m) -> int64_t {
         const int q = m / kStripPx, r = (m % kStripPx) / 8, c = 8 * q + m % 8;
         if (j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
         return (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw + p.sW * int64_t(i0 + c);
       });
 }
 
-// weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][chunks][64-channel blocks]
+// weight [C_in][C_out_g][kH][kW] -> [groups][64-channel blocks][chunks][phase-ordered taps]
 // [K-plane][64 rows][4 words]: the A operand of one MMA in core-matrix order (float32 rounded
-// to TF32, 16-bit types as pairs of neighbouring input channels), zero padded.
+// to TF32, 16-bit types as pairs of neighbouring input channels), zero padded. A phase's taps of
+// one chunk are contiguous: one bulk copy per chunk.
 template <typename T>
 __global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ wp,
                                             ConvTranspose2dParams p, int64_t n_chunks,
@@ -237,11 +244,11 @@ __global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* _
     const int word = static_cast<int>(idx % 4), row = static_cast<int>((idx / 4) % kBlockCh);
     const int plane = static_cast<int>((idx / (4 * kBlockCh)) % 2);
     int64_t rest = idx / (kTapBytes / 4);
-    const int64_t blk = rest % col_tiles;
-    rest /= col_tiles;
+    const int64_t tap = rest % taps;
+    rest /= taps;
     const int64_t chunk = rest % n_chunks;
     rest /= n_chunks;
-    const int64_t tap = rest % taps, grp = rest / taps;
+    const int64_t blk = rest % col_tiles, grp = rest / col_tiles;
     int64_t kh, kw;
     phase_ordered_tap(p, tap, kh, kw);
     const int64_t oc = blk * kBlockCh + row;
@@ -287,14 +294,14 @@ template <typename T>
 cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out,
                    const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
                    cudaStream_t stream) {
-  if (t.q == 1) return launch_q<T, 1>(x, wprep, bias, out, p, t, ep, stream);
   if (t.q == 2) return launch_q<T, 2>(x, wprep, bias, out, p, t, ep, stream);
   return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
-WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm) {
+WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
+                              bool force) {
   if (device_sm != 90) return {};
   if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
   // 64-channel blocks: for 32 or fewer channels per group the mma.sync kernel's narrower blocks
@@ -303,37 +310,32 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   if (16 * p.H * p.W > 0x7fffffff) return {};
   const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
   if (OHmax == 0 || OWmax == 0) return {};
-  // Cost per block and chunk: one m64n128 MMA per strip and tap (~64 cycles) plus the halo
-  // staging (~1 per pixel); the tile must also be mostly inside the phase grids.
-  WgmmaTiling best;
-  double best_cost = 0;
-  for (int q = 1; q <= 2; ++q) {
-    double cost = 0, used = 0, covered = 0;
-    bool fits = true;
-    for (int64_t rh = 0; rh < p.sH; ++rh)
-      for (int64_t rw = 0; rw < p.sW; ++rw) {
-        const PhaseTile ph = phase_tile(p, kWgmmaTileRows, 8 * q, rh, rw);
-        const int64_t taps = ph.th.count * ph.tw.count;
-        if (taps > 0 && ph.hrows * ph.hcols > kMaxHalo) fits = false;
-        cost += static_cast<double>(ph.tiles) * (64.0 * q * taps + (taps > 0 ? ph.hrows * ph.hcols : 0));
-        used += static_cast<double>(ph.OHp * ph.OWp);
-        covered += static_cast<double>(ph.tiles) * kStripPx * q;
-      }
-    if (!fits || !phase_table_fits(p, kWgmmaTileRows, 8 * q) || used < 0.6 * covered) continue;
-    int stages = 0;
-    for (int s = 4; s >= 3 && stages == 0; --s)
-      if (wg_smem(p, q, s).bytes <= kTwoBlocksSmem) stages = s;
-    if (stages == 0 && wg_smem(p, q, 3).bytes <= kMaxSmem) {
-      stages = 3;
-      cost *= 1.3;  // one block per SM: no other block hides this one's epilogue
+  // One tile shape, 16 x 16 pixels (q = 2): measured on the seed and demo layers, q = 1 (twice
+  // the weight copies per MMA) and tiles mostly outside the phase grids lose to the mma.sync
+  // kernel, which also has tiles spanning several images for small maps.
+  const int q = 2;
+  int64_t used = 0, covered = 0, most_taps = 0;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw) {
+      const PhaseTile ph = phase_tile(p, kWgmmaTileRows, 8 * q, rh, rw);
+      const int64_t taps = ph.th.count * ph.tw.count;
+      if (taps > 0 && ph.hrows * ph.hcols > kMaxHalo) return {};
+      most_taps = std::max(most_taps, taps);
+      used += ph.OHp * ph.OWp;
+      covered += ph.tiles * kStripPx * q;
     }
-    if (stages == 0) continue;
-    if (best.q == 0 || cost < best_cost) {
-      best = {q, stages};
-      best_cost = cost;
-    }
-  }
-  return best;
+  if (!phase_table_fits(p, kWgmmaTileRows, 8 * q)) return {};
+  if (!force && used < 0.6 * covered) return {};
+  // float32 chunks with few taps: per-chunk costs (halo, weights, barriers) dominate and the
+  // mma.sync kernel was measured faster (H100: 4-tap stride-2 layers); 16-bit chunks carry twice
+  // the channels
+  if (!force && dtype == DType::F32 && most_taps < 8) return {};
+  // Two blocks per SM (one's epilogue runs under the other's MMAs) with the deepest pipeline
+  // that fits, else one block with up to kMaxStages.
+  for (const size_t budget : {kTwoBlocksSmem, kMaxSmem})
+    for (int s = kMaxStages; s >= 2; --s)
+      if (wg_smem(p, q, s).bytes <= budget) return {q, s};
+  return {};
 }
 
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t) {

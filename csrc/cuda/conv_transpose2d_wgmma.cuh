@@ -1,14 +1,16 @@
 #pragma once
 // The Hopper conv_transpose2d kernel (wgmma, sm_90a). Same GEMM per phase as the mma.sync kernel
-// (weights = M, the phase's output pixels = N, input channels x taps = K), issued by one
-// warpgroup as asynchronous m64n128 MMAs straight from shared memory:
+// (weights = M, the phase's output pixels = N, input channels x taps = K), warp-specialised:
 //  - a block owns 64 output channels of one group and a 16-row x 8q-column tile of one phase grid
-//    (q strips of 16 x 8 pixels: one MMA of N = 128 per strip and tap);
-//  - per chunk of input channels (8 fp32 / 16 bf16 = 32 bytes per pixel) the tile's input halo is
-//    staged as two K-planes of 16-byte pixels, so a tap's B operand is the halo shifted by the
-//    tap's offset: 8 neighbouring pixels form one core matrix and a tile row the next one;
-//  - the weights are prepared once in core-matrix order and copied with cp.async;
-//  - 3 or 4 stages: the MMAs of chunk c run while chunk c + stages - 2 is staged.
+//    (q strips of 16 x 8 pixels: one m64n128 MMA per strip and tap);
+//  - a producer warpgroup stages, per chunk of input channels (8 fp32 / 16 bf16 = 32 bytes per
+//    pixel), the tile's input halo as two K-planes of 16-byte pixels (so a tap's B operand is the
+//    halo shifted by the tap's offset: 8 neighbouring pixels form one core matrix and a tile row
+//    the next one) and bulk-copies the chunk's weights, prepared once in core-matrix order;
+//  - a consumer warpgroup only waits for a stage, issues the chunk's asynchronous MMAs straight
+//    from shared memory and hands the stage back; it then runs the epilogue;
+//  - 2 to 4 stages synchronised by mbarriers; registers are moved to the consumer so that two
+//    blocks share an SM and one's epilogue runs under the other's MMAs.
 #include "cuda/launch.cuh"
 
 namespace myops {
@@ -22,8 +24,10 @@ struct WgmmaTiling {
 constexpr int kWgmmaTileRows = 16;
 
 // device_sm: the current device's compute capability (major * 10 + minor); the kernel exists for
-// sm_90 only (built for sm_90a).
-WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm);
+// sm_90 only (built for sm_90a). force: take every call the kernel can run, also those the
+// heuristics give to the mma.sync kernel (tests and sanitizer runs).
+WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
+                              bool force);
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
 cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,

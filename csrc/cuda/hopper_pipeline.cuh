@@ -1,0 +1,80 @@
+#pragma once
+// Hopper (sm_90a) pieces of a warp-specialised pipeline: shared-memory mbarriers (arrive counts
+// plus expected transaction bytes), the bulk global -> shared copy that completes on an mbarrier,
+// register reallocation between warpgroups, and named barriers. Like wgmma_ops.cuh, the bodies
+// are instructions only in the sm_90a target; elsewhere the host never selects the kernel.
+#include <cstdint>
+
+#include "cuda/wgmma_ops.cuh"
+
+namespace myops {
+namespace cuda {
+
+__device__ inline void mbar_init(uint32_t bar, uint32_t arrivals) {
+#if MYOPS_WGMMA_ARCH
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+#endif
+}
+
+// Release: this thread's earlier shared-memory writes are visible to whoever waits on the phase.
+__device__ inline void mbar_arrive(uint32_t bar) {
+#if MYOPS_WGMMA_ARCH
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+// The current phase also waits for `bytes` of asynchronous copies (complete_tx).
+__device__ inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+#if MYOPS_WGMMA_ARCH
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+// Acquire: blocks until the phase with the given parity (0 for the 1st, 3rd, ... completion) is done.
+__device__ inline void mbar_wait(uint32_t bar, uint32_t parity) {
+#if MYOPS_WGMMA_ARCH
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory through
+// the async proxy (wgmma reads it without a proxy fence); completes as transaction bytes on `bar`.
+__device__ inline void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if MYOPS_WGMMA_ARCH
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+#endif
+}
+
+// Moves registers between the warpgroups of a block (all warps of a warpgroup execute it).
+template <int Regs>
+__device__ inline void warpgroup_reg_alloc() {
+#if MYOPS_WGMMA_ARCH
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+template <int Regs>
+__device__ inline void warpgroup_reg_dealloc() {
+#if MYOPS_WGMMA_ARCH
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#endif
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+struct NamedBarrier {
+  int id, threads;
+  __device__ void operator()() const {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  }
+};
+
+}  // namespace cuda
+}  // namespace myops
