@@ -96,8 +96,12 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
     conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
     if training:
         out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(input, weight, bias, *conv_args)
+        count = out.shape[0] * out.shape[2] * out.shape[3]
+        if count == 1:  # as torch.nn.functional.batch_norm: one value has no batch variance
+            raise ValueError(f"{op}: expected more than 1 value per channel when training, got a "
+                             f"conv_transpose2d output of size {list(out.shape)}")
         if running_mean is not None and running_var is not None:
-            update_running_stats(running_mean, running_var, mean, var, out.numel() // out.shape[1], momentum)
+            update_running_stats(running_mean, running_var, mean, var, count, momentum)
     else:
         out = torch.ops.myops.conv_transpose2d(input, weight, bias, *conv_args)
         mean, var = running_mean, running_var

@@ -179,3 +179,15 @@ def test_ceil_mode_and_missing_running_stats_are_reported():
         getattr(myops, OP)(x, w, kernel_size=2, ceil_mode=True, num_groups=1, training=True)
     with pytest.raises(ValueError, match=f"myops.{OP}: argument 'running_mean'"):
         getattr(myops, OP)(x, w, kernel_size=2, num_groups=1, training=False)
+
+
+def test_training_with_one_value_per_channel_is_reported_and_leaves_buffers():
+    # a 1x1 conv output of one sample: F.batch_norm refuses it in training, and so do we, before
+    # the running buffers change
+    x, w = torch.randn(1, 2, 1, 1), torch.randn(2, 3, 1, 1)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        F.batch_norm(F.conv_transpose2d(x, w), rm, rv, training=True)
+    with pytest.raises(ValueError, match=f"myops.{OP}: expected more than 1 value per channel when training"):
+        getattr(myops, OP)(x, w, running_mean=rm, running_var=rv, kernel_size=1, num_groups=1, training=True)
+    assert torch.equal(rm, torch.zeros(3)) and torch.equal(rv, torch.ones(3))
