@@ -1,4 +1,5 @@
 #pragma once
+#include <algorithm>
 #include <type_traits>
 // Pieces shared by the two conv_transpose2d kernels: phase geometry and the epilogue
 // (bias, GELU, store, GroupNorm tile partials).
@@ -9,6 +10,9 @@ namespace myops {
 namespace cuda {
 
 constexpr int kConvThreads = 256;
+
+// Blocks of 256 threads for a grid-stride weight-preparation kernel over `total` elements.
+inline int prepare_blocks(int64_t total) { return static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096)); }
 
 // Output rows (or columns) of residue r: oh = r + s * j for j < phase_extent.
 __host__ __device__ inline int64_t phase_extent(int64_t out, int64_t r, int64_t s) {

@@ -152,6 +152,25 @@ template <typename T>
 constexpr int chunk_channels() { return std::is_same<T, float>::value ? 8 : 16; }
 inline int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
 
+// The tensor-core operand word of weight [C_in][C_out_g][kH][kW] for group grp, output channel oc,
+// tap (kh, kw) and input channel icg of the group: float32 rounded to TF32, 16-bit types as the pair
+// (icg, icg + 1) (low = icg); zero past the channels (tile padding). Both kernels' weight
+// preparation reads through it.
+template <typename T>
+__device__ inline uint32_t weight_operand_word(const T* w, const ConvTranspose2dParams& p, int64_t grp,
+                                               int64_t icg, int64_t oc, int64_t kh, int64_t kw) {
+  auto bits = [&](int64_t ic) -> uint32_t {
+    if (oc >= p.C_out_g || ic >= p.C_in_g) return 0;
+    const int64_t i = (((grp * p.C_in_g + ic) * p.C_out_g + oc) * p.kH + kh) * p.kW + kw;
+    if constexpr (std::is_same<T, float>::value) {
+      return to_tf32(w[i]);
+    } else {
+      return reinterpret_cast<const unsigned short*>(w)[i];
+    }
+  };
+  return std::is_same<T, float>::value ? bits(icg) : bits(icg) | (bits(icg + 1) << 16);
+}
+
 // A chunk's channels as loaded (float, or the 16-bit pattern) -> the 8 words one halo pixel
 // holds in shared memory: float32 rounded to TF32, 16-bit values in pairs (low = even channel);
 // channels past ch_valid and pixels outside the input are zero.

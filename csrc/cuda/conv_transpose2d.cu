@@ -369,16 +369,13 @@ cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
                                 cudaStream_t stream) {
   if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_prepare_weight(weight, prepared, dtype, p, stream);
   if (plan.engine == ConvEngine::Mma) return conv_mma_prepare_weight(weight, prepared, dtype, p, plan.tiling, stream);
-  const int64_t total = plan.prepared_numel;
-  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
-  if (total == 0) return cudaSuccess;
-  switch (dtype) {
-    case DType::F32: prepare_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const float*>(weight), static_cast<float*>(prepared), p); break;
-    case DType::F64: prepare_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const double*>(weight), static_cast<double*>(prepared), p); break;
-    case DType::F16: prepare_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __half*>(weight), static_cast<__half*>(prepared), p); break;
-    case DType::BF16: prepare_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(weight), static_cast<__nv_bfloat16*>(prepared), p); break;
-  }
-  return cudaGetLastError();
+  if (plan.prepared_numel == 0) return cudaSuccess;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    prepare_weight_kernel<<<prepare_blocks(plan.prepared_numel), 256, 0, stream>>>(static_cast<const T*>(weight),
+                                                                                   static_cast<T*>(prepared), p);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight, const void* bias,

@@ -236,8 +236,6 @@ __global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* _
                                             int64_t col_tiles, int64_t total) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
-  using Raw = typename std::conditional<kF32, uint32_t, unsigned short>::type;
-  const Raw* wr = reinterpret_cast<const Raw*>(w);
   const int64_t taps = p.kH * p.kW;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -251,18 +249,8 @@ __global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* _
     const int64_t blk = rest % col_tiles, grp = rest / col_tiles;
     int64_t kh, kw;
     phase_ordered_tap(p, tap, kh, kw);
-    const int64_t oc = blk * kBlockCh + row;
-    auto value = [&](int64_t k) -> uint32_t {
-      const int64_t icg = chunk * kCh + k;
-      if (oc >= p.C_out_g || icg >= p.C_in_g) return 0;
-      const Raw v = wr[(((grp * p.C_in_g + icg) * p.C_out_g + oc) * p.kH + kh) * p.kW + kw];
-      if constexpr (kF32) {
-        return to_tf32(__uint_as_float(v));
-      } else {
-        return v;
-      }
-    };
-    wp[idx] = kF32 ? value(4 * plane + word) : (value(8 * plane + 2 * word) | (value(8 * plane + 2 * word + 1) << 16));
+    const int64_t k = kF32 ? 4 * plane + word : 8 * plane + 2 * word;
+    wp[idx] = weight_operand_word(w, p, grp, chunk * kCh + k, blk * kBlockCh + row, kh, kw);
   }
 }
 
@@ -355,29 +343,20 @@ cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType 
   const int64_t col_tiles = ceil_div(p.C_out_g, kBlockCh);
   const int64_t total = p.groups * p.kH * p.kW * n_chunks * col_tiles * (kTapBytes / 4);
   if (total == 0) return cudaSuccess;
-  const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));
   uint32_t* wp = static_cast<uint32_t*>(prepared);
-  return dispatch_dtype(dtype, [&](auto tag) {
+  return dispatch_tensor_core_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same<T, double>::value) {
-      return cudaErrorInvalidValue;  // no float64 tensor cores
-    } else {
-      prepare_wgmma_weight_kernel<<<blocks, 256, 0, stream>>>(static_cast<const T*>(weight), wp, p, n_chunks, col_tiles, total);
-      return cudaGetLastError();
-    }
+    prepare_wgmma_weight_kernel<<<prepare_blocks(total), 256, 0, stream>>>(static_cast<const T*>(weight), wp, p,
+                                                                           n_chunks, col_tiles, total);
+    return cudaGetLastError();
   });
 }
 
 cudaError_t conv_wgmma_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
                                DType dtype, const ConvTranspose2dParams& p, const WgmmaTiling& t,
                                const ConvEpilogue& ep, cudaStream_t stream) {
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same<T, double>::value) {
-      return cudaErrorInvalidValue;
-    } else {
-      return launch<T>(x, prepared_weight, bias, out, p, t, ep, stream);
-    }
+  return dispatch_tensor_core_dtype(dtype, [&](auto tag) {
+    return launch<decltype(tag)>(x, prepared_weight, bias, out, p, t, ep, stream);
   });
 }
 

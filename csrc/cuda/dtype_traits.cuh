@@ -96,5 +96,18 @@ cudaError_t dispatch_dtype(DType dtype, F f) {
   return cudaErrorInvalidValue;
 }
 
+// dispatch_dtype for the tensor-core kernels: float64 has no tensor cores (the host never plans
+// them for it), so it is an invalid value instead of an instantiation.
+template <typename F>
+cudaError_t dispatch_tensor_core_dtype(DType dtype, F f) {
+  return dispatch_dtype(dtype, [&](auto tag) -> cudaError_t {
+    if constexpr (std::is_same<decltype(tag), double>::value) {
+      return cudaErrorInvalidValue;
+    } else {
+      return f(tag);
+    }
+  });
+}
+
 }  // namespace cuda
 }  // namespace myops
