@@ -16,6 +16,7 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
     (5, 8, 24, 1, 2, 3, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), True),     # tiles spanning images
     (1, 16, 48, 1, 20, 18, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True),  # wgmma's shapes
     (1, 8, 40, 1, 12, 13, (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), False),
+    (1, 16, 64, 1, 15, 12, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True),   # wgmma's 17-row strips
 ]
 worst = 0.0
 for dtype in (torch.float32, torch.bfloat16, torch.float64):

@@ -79,6 +79,34 @@ def test_random_configs_match_pytorch_chain(device, dtype, count):
             raise AssertionError(f"config {i}: {cfg}, pool {pool}, training {bn['training']}: {e}") from None
 
 
+# (C_out, H = W, num_groups, dtype): CUDA keeps a pooled (n, group) in shared memory when it fits
+# (64 KB) and stages input planes in 32 KB batches; these cover a group too large (the three-kernel
+# path), single-plane batches, and 16-bit planes that start off 16-byte alignment.
+TAIL_SHAPES = [(16, 100, 1, torch.float32), (4, 90, 1, torch.float32), (6, 45, 2, torch.bfloat16),
+               (12, 33, 3, torch.float16)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c_out,hw,num_groups,dtype", TAIL_SHAPES, ids=lambda v: str(v))
+def test_large_and_misaligned_planes_match_pytorch_chain(device, c_out, hw, num_groups, dtype):
+    torch.manual_seed(0)
+    cfg = dict(N=2, C_in=3, C_out_g=c_out, groups=1, bias=True, H=hw, W=hw, kH=1, kW=1, stride=(1, 1), padding=(0, 0),
+               output_padding=(0, 0), dilation=(1, 1))
+    x, w, b = make_conv_inputs(cfg, dtype, device)
+    pool = dict(kernel_size=(2, 2), pool_stride=(2, 2), pool_padding=(0, 0), pool_dilation=(1, 1))
+    bn_w, bn_b = torch.randn(c_out, dtype=dtype, device=device), torch.randn(c_out, dtype=dtype, device=device)
+    gn_w, gn_b = torch.randn(c_out, dtype=dtype, device=device), torch.randn(c_out, dtype=dtype, device=device)
+    rm = torch.zeros(c_out, device=device)
+    rv = torch.ones(c_out, device=device)
+    rm64, rv64 = f64(rm), f64(rv)
+    ref = reference(x, w, b, cfg, (rm64, rv64, bn_w, bn_b, True, 0.1, 1e-5), pool, num_groups, gn_w, gn_b, 1e-5)
+    out = myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+        x, w, b, cfg["stride"], cfg["padding"], cfg["output_padding"], 1, cfg["dilation"], running_mean=rm,
+        running_var=rv, bn_weight=bn_w, bn_bias=bn_b, training=True, momentum=0.1, bn_eps=1e-5, **pool,
+        num_groups=num_groups, gn_weight=gn_w, gn_bias=gn_b, gn_eps=1e-5)
+    assert_matches(out, ref, tolerance(dtype, device) * 8, floor=1.0)
+
+
 class Block(nn.Module):
     """L2_11's block as a user writes it (scaled-down sizes)."""
 

@@ -35,10 +35,12 @@ def test_random_configs_match_pytorch(device, dtype, count):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_seed_workload_shapes_scaled_down(device, dtype):
-    # L1_75's argument mix (grouped, dilated, strided, asymmetric) and L2_19's (k3 s1 p0, bias).
+    # L1_75's argument mix (grouped, dilated, strided, asymmetric), L2_19's (k3 s1 p0, bias) and
+    # L2_11's (k5 p1 onto 34 x 34 maps: the wgmma kernel's 17-row strips on an H100).
     cases = [
         (torch.randn(2, 32, 16, 24), torch.randn(32, 16, 3, 5), None, [2, 3], [1, 2], [0, 0], 4, [2, 1]),
         (torch.randn(2, 64, 20, 20), torch.randn(64, 64, 3, 3), torch.randn(64), [1, 1], [0, 0], [0, 0], 1, [1, 1]),
+        (torch.randn(2, 64, 32, 32), torch.randn(64, 128, 5, 5), torch.randn(128), [1, 1], [1, 1], [0, 0], 1, [1, 1]),
     ]
     for x, w, b, *args in cases:
         x, w = x.to(device, dtype), (w * 0.1).to(device, dtype)

@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/batch_norm_chain.cuh"
@@ -42,11 +43,143 @@ __device__ inline Moments warp_combine(Moments m) {
   return m;
 }
 
-// One warp per (n, c) plane (planes are small: the pooled map of a decoder layer), lanes stride
-// over the pooled pixels with a float Welford each; 32-bit index math (the host checks sizes).
+// The pooling window arithmetic in 32-bit (the host checks the ranges).
+struct PoolInts {
+  int H, W, PH, PW, kH, kW, sH, sW, pH, pW, dH, dW;
+  explicit PoolInts(const Pool2dParams& q)
+      : H(int(q.H)), W(int(q.W)), PH(int(q.PH)), PW(int(q.PW)), kH(int(q.kH)), kW(int(q.kW)), sH(int(q.sH)),
+        sW(int(q.sW)), pH(int(q.pH)), pW(int(q.pW)), dH(int(q.dH)), dW(int(q.dW)) {}
+};
+
+// BatchNorm folded into one FMA per element (the fold in float64): y = x * a + s.
+template <typename T, typename S>
+__device__ inline void batch_norm_fold(int c, const S* mean, const S* var, const T* w, const T* b, double eps,
+                                       typename DTypeTraits<T>::acc_t& a, typename DTypeTraits<T>::acc_t& s) {
+  using Tr = DTypeTraits<T>;
+  using acc_t = typename Tr::acc_t;
+  double scale = rsqrt(static_cast<double>(var[c]) + eps);
+  if (w) scale *= static_cast<double>(Tr::to_acc(w[c]));
+  const double shift = (b ? static_cast<double>(Tr::to_acc(b[c])) : 0.0) - static_cast<double>(mean[c]) * scale;
+  a = static_cast<acc_t>(scale);
+  s = static_cast<acc_t>(shift);
+}
+
+// max over the pooling window of output (ph, pw) of tanh(x * a + s), x one input plane (global or
+// shared memory): tanh is monotonic, so it is taken once, of the largest x * a + s. Padding never
+// wins and NaN propagates, as in max_pool2d.
+template <typename T>
+__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max(const T* in, const PoolInts& q, int ph, int pw,
+                                                                    typename DTypeTraits<T>::acc_t a,
+                                                                    typename DTypeTraits<T>::acc_t s) {
+  using Tr = DTypeTraits<T>;
+  typename Tr::acc_t best = -INFINITY;
+  for (int i = 0; i < q.kH; ++i) {
+    const int h = ph * q.sH - q.pH + i * q.dH;
+    if (h < 0 || h >= q.H) continue;
+    for (int j = 0; j < q.kW; ++j) {
+      const int wc = pw * q.sW - q.pW + j * q.dW;
+      if (wc < 0 || wc >= q.W) continue;
+      const auto v = Tr::to_acc(in[h * q.W + wc]) * a + s;
+      if (v > best || isnan(v)) best = v;
+    }
+  }
+  return tanh(best);
+}
+
+// Per-thread Welford of the stored values (the statistics GroupNorm sees).
+template <typename acc_t>
+struct Welford {
+  acc_t cnt = 0, mu = 0, m2 = 0;
+  __device__ void add(acc_t v) {
+    cnt += 1;
+    const acc_t d = v - mu;
+    mu += d / cnt;
+    m2 += d * (v - mu);
+  }
+  __device__ Moments moments() const {
+    return {static_cast<double>(cnt), static_cast<double>(mu), static_cast<double>(m2)};
+  }
+};
+
+// One block per (n, group): the group's pooled planes stay in shared memory, so the statistics
+// (two passes over shared memory: mean, then squared deviations) and the normalisation need no
+// second pass over global memory. Input planes are staged in batches with coalesced 16-byte
+// loads (placed at the source's misalignment so both sides line up), then pooled from shared
+// memory. Chosen when the pooled group and one input plane fit.
+template <typename T, typename S>
+__global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, int C_g, PoolInts q,
+                                               int batch_planes, const S* __restrict__ mean,
+                                               const S* __restrict__ var, const T* __restrict__ w,
+                                               const T* __restrict__ b, double bn_eps,
+                                               const T* __restrict__ gamma, const T* __restrict__ beta,
+                                               double gn_eps, T* __restrict__ y) {
+  using Tr = DTypeTraits<T>;
+  using acc_t = typename Tr::acc_t;
+  constexpr int kVec = Tr::kVec;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  const int G = C / C_g, HW = q.H * q.W, PHW = q.PH * q.PW, numel = C_g * PHW;
+  const int64_t n = blockIdx.x / G, g = blockIdx.x % G;
+  // per channel of the group: BatchNorm's fold (a, s), then GroupNorm's scale and shift
+  acc_t* bn_a = reinterpret_cast<acc_t*>(smem_raw);
+  acc_t* bn_s = bn_a + C_g;
+  acc_t* gn_scale = bn_s + C_g;
+  acc_t* gn_shift = gn_scale + C_g;
+  // [C_g][PHW], the stored values; 16-byte aligned (4 * C_g * sizeof(acc_t) is a multiple of 16)
+  T* pooled = reinterpret_cast<T*>(gn_shift + C_g);
+  T* stage = pooled + (numel + kVec - 1) / kVec * kVec;
+  for (int c = threadIdx.x; c < C_g; c += kThreads)
+    batch_norm_fold(static_cast<int>(g) * C_g + c, mean, var, w, b, bn_eps, bn_a[c], bn_s[c]);
+  const T* src_group = x + (n * C + g * C_g) * int64_t(HW);
+  for (int pl0 = 0; pl0 < C_g; pl0 += batch_planes) {
+    const int nb = min(batch_planes, C_g - pl0), len = nb * HW;
+    const T* src = src_group + int64_t(pl0) * HW;
+    const int mis = static_cast<int>(reinterpret_cast<uintptr_t>(src) % 16 / sizeof(T));
+    const int head = min(len, mis == 0 ? 0 : kVec - mis), n_vec = (len - head) / kVec;
+    T* dst = stage + mis;  // dst + head is 16-byte aligned, like src + head
+    __syncthreads();       // the previous batch's readers are done (and the folds are written)
+    for (int i = threadIdx.x; i < n_vec; i += kThreads)
+      reinterpret_cast<Vec<T, kVec>*>(dst + head)[i] = reinterpret_cast<const Vec<T, kVec>*>(src + head)[i];
+    for (int i = threadIdx.x; i < head; i += kThreads) dst[i] = src[i];
+    for (int i = head + n_vec * kVec + threadIdx.x; i < len; i += kThreads) dst[i] = src[i];
+    __syncthreads();
+    for (int o = threadIdx.x; o < nb * PHW; o += kThreads) {
+      const int pl = o / PHW, r = o - pl * PHW, ph = r / q.PW, pw = r - ph * q.PW;
+      pooled[pl0 * PHW + o] = Tr::from_acc(bn_tanh_window_max(dst + pl * HW, q, ph, pw, bn_a[pl0 + pl], bn_s[pl0 + pl]));
+    }
+  }
+  __syncthreads();
+  double sum[1] = {0.0};
+  acc_t part = 0;
+  for (int e = threadIdx.x; e < numel; e += kThreads) part += Tr::to_acc(pooled[e]);
+  sum[0] = part;
+  block_sum<kThreads>(sum);
+  const double mu = sum[0] / numel;
+  part = 0;
+  for (int e = threadIdx.x; e < numel; e += kThreads) {
+    const acc_t d = Tr::to_acc(pooled[e]) - static_cast<acc_t>(mu);
+    part += d * d;
+  }
+  sum[0] = part;
+  block_sum<kThreads>(sum);
+  const double rstd = rsqrt(sum[0] / numel + gn_eps);
+  for (int c = threadIdx.x; c < C_g; c += kThreads) {
+    const int64_t ch = g * C_g + c;
+    gn_scale[c] = static_cast<acc_t>(rstd * (gamma ? static_cast<double>(Tr::to_acc(gamma[ch])) : 1.0));
+    gn_shift[c] = beta ? Tr::to_acc(beta[ch]) : acc_t(0);
+  }
+  __syncthreads();
+  T* out = y + (n * C + g * C_g) * int64_t(PHW);
+  for (int e = threadIdx.x; e < numel; e += kThreads) {
+    const int c = e / PHW;
+    out[e] = Tr::from_acc((Tr::to_acc(pooled[e]) - static_cast<acc_t>(mu)) * gn_scale[c] + gn_shift[c]);
+  }
+}
+
+// One warp per (n, c) plane (the fallback for groups too large for shared memory), lanes stride
+// over the pooled pixels with a float Welford each.
 constexpr int kPlanesPerBlock = kThreads / 32;
 template <typename T, typename S>
-__global__ void bn_tanh_pool_kernel(const T* __restrict__ x, int64_t planes, int C, Pool2dParams q64,
+__global__ void bn_tanh_pool_kernel(const T* __restrict__ x, int64_t planes, int C, PoolInts q,
                                     const S* __restrict__ mean, const S* __restrict__ var,
                                     const T* __restrict__ w, const T* __restrict__ b, double eps,
                                     T* __restrict__ y, S* __restrict__ plane_stats) {
@@ -54,47 +187,46 @@ __global__ void bn_tanh_pool_kernel(const T* __restrict__ x, int64_t planes, int
   using acc_t = typename Tr::acc_t;
   const int64_t plane = blockIdx.x * int64_t(kPlanesPerBlock) + threadIdx.x / 32;
   if (plane >= planes) return;  // whole warps leave: the shuffles below stay full-warp
-  const int lane = threadIdx.x % 32, c = static_cast<int>(plane % C);
-  const int H = static_cast<int>(q64.H), W = static_cast<int>(q64.W), PW = static_cast<int>(q64.PW);
-  const int kH = static_cast<int>(q64.kH), kW = static_cast<int>(q64.kW);
-  const int sH = static_cast<int>(q64.sH), sW = static_cast<int>(q64.sW), pH = static_cast<int>(q64.pH);
-  const int pW = static_cast<int>(q64.pW), dH = static_cast<int>(q64.dH), dW = static_cast<int>(q64.dW);
-  const int n_out = static_cast<int>(q64.PH * q64.PW);
-  // BatchNorm folded into one FMA per tap, the fold in float64
-  double scale = rsqrt(static_cast<double>(var[c]) + eps);
-  if (w) scale *= static_cast<double>(Tr::to_acc(w[c]));
-  const double shift = (b ? static_cast<double>(Tr::to_acc(b[c])) : 0.0) - static_cast<double>(mean[c]) * scale;
-  const acc_t a = static_cast<acc_t>(scale), s = static_cast<acc_t>(shift);
-  const T* in = x + plane * q64.H * q64.W;
-  T* out = y + plane * q64.PH * q64.PW;
-  acc_t cnt = 0, mu = 0, m2 = 0;
-  for (int o = lane; o < n_out; o += 32) {
-    const int ph = o / PW, pw = o - ph * PW;
-    acc_t best = -INFINITY;  // padding never wins
-    for (int i = 0; i < kH; ++i) {
-      const int h = ph * sH - pH + i * dH;
-      if (h < 0 || h >= H) continue;
-      for (int j = 0; j < kW; ++j) {
-        const int wc = pw * sW - pW + j * dW;
-        if (wc < 0 || wc >= W) continue;
-        const acc_t v = tanh(Tr::to_acc(in[h * W + wc]) * a + s);
-        if (v > best || isnan(v)) best = v;  // NaN propagates, as in max_pool2d
-      }
-    }
-    const T stored = Tr::from_acc(best);
+  const int lane = threadIdx.x % 32;
+  acc_t a, s;
+  batch_norm_fold(static_cast<int>(plane % C), mean, var, w, b, eps, a, s);
+  const T* in = x + plane * q.H * q.W;
+  T* out = y + plane * q.PH * q.PW;
+  Welford<acc_t> stats;
+  for (int o = lane; o < q.PH * q.PW; o += 32) {
+    const int ph = o / q.PW, pw = o - ph * q.PW;
+    const T stored = Tr::from_acc(bn_tanh_window_max(in, q, ph, pw, a, s));
     out[o] = stored;
-    const acc_t v = Tr::to_acc(stored);  // statistics of what is stored
-    cnt += 1;
-    const acc_t d = v - mu;
-    mu += d / cnt;
-    m2 += d * (v - mu);
+    stats.add(Tr::to_acc(stored));
   }
-  const Moments all = warp_combine({static_cast<double>(cnt), static_cast<double>(mu), static_cast<double>(m2)});
+  const Moments all = warp_combine(stats.moments());
   if (lane == 0) {
     plane_stats[plane * 3] = static_cast<S>(all.n);
     plane_stats[plane * 3 + 1] = static_cast<S>(all.mean);
     plane_stats[plane * 3 + 2] = static_cast<S>(all.m2);
   }
+}
+
+// The pooling window's index math is 32-bit inside a plane.
+bool pool_fits_int32(const Pool2dParams& q) {
+  const int64_t lim = 0x3fffffff;
+  return !(q.H * q.W > lim || q.PH * q.PW > lim || q.sH * q.PH + q.dH * q.kH > lim ||
+           q.sW * q.PW + q.dW * q.kW > lim);
+}
+
+// Shared memory of the one-block-per-group kernel: the pooled group (at most 64 KB) plus input
+// planes staged in batches of up to 32 KB (at least one plane, at most 48 KB); 0 if it does not fit.
+struct GroupTail {
+  int batch_planes = 0;
+  size_t smem = 0;
+};
+GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
+  const int64_t elem = dtype == DType::F64 ? 8 : dtype == DType::F32 ? 4 : 2, vec = 16 / elem;
+  const int64_t pooled = (C_g * q.PH * q.PW + vec - 1) / vec * vec * elem, plane = q.H * q.W * elem;
+  if (pooled > 64 * 1024 || plane > 48 * 1024 || !pool_fits_int32(q)) return {};
+  const int64_t batch = std::min<int64_t>(C_g, std::max<int64_t>(1, 32 * 1024 / plane));
+  const int64_t per_channel = 4 * C_g * (dtype == DType::F64 ? 8 : 4);  // folds, scales, shifts
+  return {static_cast<int>(batch), static_cast<size_t>(per_channel + pooled + batch * plane + 16)};
 }
 
 }  // namespace
@@ -111,6 +243,35 @@ cudaError_t channel_stats_from_tiles(const void* tile_stats, DType dtype, int64_
   });
 }
 
+bool batch_norm_tanh_max_pool2d_group_norm_fits(DType dtype, int64_t N, int64_t C, int64_t num_groups,
+                                                const Pool2dParams& q) {
+  return N * num_groups <= 0x7fffffff && C <= 0x3fffffff && group_tail_layout(dtype, C / num_groups, q).smem > 0;
+}
+
+cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, int64_t N, int64_t C,
+                                                  const Pool2dParams& q, const void* mean, const void* var,
+                                                  const void* bn_weight, const void* bn_bias, double bn_eps,
+                                                  int64_t num_groups, const void* gn_weight, const void* gn_bias,
+                                                  double gn_eps, void* y, cudaStream_t stream) {
+  if (N * C == 0 || q.PH * q.PW == 0) return cudaSuccess;
+  if (!batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q)) return cudaErrorInvalidConfiguration;
+  const GroupTail layout = group_tail_layout(dtype, C / num_groups, q);
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using S = typename DTypeTraits<T>::acc_t;
+    auto kernel = bn_tanh_pool_group_norm_kernel<T, S>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(layout.smem));
+    if (err != cudaSuccess) return err;
+    kernel<<<static_cast<unsigned>(N * num_groups), kThreads, layout.smem, stream>>>(
+        static_cast<const T*>(x), static_cast<int>(C), static_cast<int>(C / num_groups), PoolInts(q),
+        layout.batch_planes, static_cast<const S*>(mean), static_cast<const S*>(var),
+        static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), bn_eps, static_cast<const T*>(gn_weight),
+        static_cast<const T*>(gn_bias), gn_eps, static_cast<T*>(y));
+    return cudaGetLastError();
+  });
+}
+
 cudaError_t batch_norm_tanh_max_pool2d(const void* x, DType dtype, int64_t N, int64_t C,
                                        const Pool2dParams& q, const void* mean, const void* var,
                                        const void* bn_weight, const void* bn_bias, double eps,
@@ -118,18 +279,14 @@ cudaError_t batch_norm_tanh_max_pool2d(const void* x, DType dtype, int64_t N, in
   const int64_t planes = N * C;
   if (planes == 0) return cudaSuccess;
   const int64_t blocks = (planes + kPlanesPerBlock - 1) / kPlanesPerBlock;
-  // 32-bit index math inside a plane
-  const int64_t lim = 0x3fffffff;
-  if (blocks > 0x7fffffff || C > lim || q.H * q.W > lim || q.PH * q.PW > lim || q.sH * q.PH + q.dH * q.kH > lim ||
-      q.sW * q.PW + q.dW * q.kW > lim)
-    return cudaErrorInvalidConfiguration;
+  if (blocks > 0x7fffffff || C > 0x3fffffff || !pool_fits_int32(q)) return cudaErrorInvalidConfiguration;
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;  // the statistics' type: float64 for float64, else float
     bn_tanh_pool_kernel<T, S><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), planes, static_cast<int>(C), q, static_cast<const S*>(mean), static_cast<const S*>(var),
-        static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), eps, static_cast<T*>(y),
-        static_cast<S*>(plane_stats));
+        static_cast<const T*>(x), planes, static_cast<int>(C), PoolInts(q), static_cast<const S*>(mean),
+        static_cast<const S*>(var), static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), eps,
+        static_cast<T*>(y), static_cast<S*>(plane_stats));
     return cudaGetLastError();
   });
 }

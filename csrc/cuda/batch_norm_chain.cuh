@@ -22,5 +22,17 @@ cudaError_t batch_norm_tanh_max_pool2d(const void* x, DType dtype, int64_t N, in
                                        const void* bn_weight, const void* bn_bias, double eps,
                                        void* y, void* plane_stats, cudaStream_t stream);
 
+// The whole tail in one kernel, one block per (n, group), when the pooled group fits in shared
+// memory (see _fits): y = group_norm(max_pool2d(tanh(batch_norm(x)))), with the same arguments as
+// above plus GroupNorm's; otherwise the caller runs batch_norm_tanh_max_pool2d and the GroupNorm
+// kernels.
+bool batch_norm_tanh_max_pool2d_group_norm_fits(DType dtype, int64_t N, int64_t C, int64_t num_groups,
+                                                const Pool2dParams& q);
+cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, int64_t N, int64_t C,
+                                                  const Pool2dParams& q, const void* mean, const void* var,
+                                                  const void* bn_weight, const void* bn_bias, double bn_eps,
+                                                  int64_t num_groups, const void* gn_weight, const void* gn_bias,
+                                                  double gn_eps, void* y, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace myops

@@ -197,13 +197,23 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
   const c10::cuda::CUDAGuard guard(input.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto dtype = kernel_dtype(input.scalar_type());
-  // 1) BN + tanh + max-pool, writing the pooled tensor and (count, mean, M2) per (n, c) plane;
-  // 2) fixed-order reduction to mean / rstd per (n, group); 3) normalise in place.
   const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const at::Tensor x = input.contiguous();
   const at::Tensor m = mean.to(stats_dtype).contiguous(), v = var.to(stats_dtype).contiguous();
   const at::Tensor w = contiguous_or_undefined(bn_weight), b = contiguous_or_undefined(bn_bias);
   at::Tensor out = at::empty({N, C, q.PH, q.PW}, x.options());
+  if (cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q)) {
+    // one kernel: each (n, group)'s pooled planes stay on chip for the statistics and the normalisation
+    const at::Tensor gw = contiguous_or_undefined(gn_weight), gb = contiguous_or_undefined(gn_bias);
+    check_launch(cuda::batch_norm_tanh_max_pool2d_group_norm(
+                     x.const_data_ptr(), dtype, N, C, q, m.const_data_ptr(), v.const_data_ptr(), ptr_or_null(w),
+                     ptr_or_null(b), bn_eps, num_groups, ptr_or_null(gw), ptr_or_null(gb), gn_eps, out.data_ptr(),
+                     stream),
+                 kOp);
+    return out.contiguous(output_memory_format(input));
+  }
+  // Otherwise: 1) BN + tanh + max-pool, writing the pooled tensor and (count, mean, M2) per (n, c)
+  // plane; 2) fixed-order reduction to mean / rstd per (n, group); 3) normalise in place.
   at::Tensor plane_stats = at::empty({N, C, 1, 3}, x.options().dtype(stats_dtype));
   check_launch(cuda::batch_norm_tanh_max_pool2d(x.const_data_ptr(), dtype, N, C, q, m.const_data_ptr(),
                                                 v.const_data_ptr(), ptr_or_null(w), ptr_or_null(b), bn_eps,

@@ -51,24 +51,6 @@ inline PhaseMaxima phase_maxima(const ConvTranspose2dParams& p, int th, int tw) 
   return m;
 }
 
-// Tap index in phase order (phases row-major by residue, then t_h-major within a phase: the
-// order of the prepared weights) -> kernel position (kh, kw).
-__host__ __device__ inline void phase_ordered_tap(const ConvTranspose2dParams& p, int64_t tap, int64_t& kh,
-                                                  int64_t& kw) {
-  kh = kw = 0;
-  for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTaps th = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
-      const PhaseTaps tw = phase_taps(rw, p.pW, p.dW, p.sW, p.kW);
-      const int64_t cnt = th.count * tw.count;
-      if (tap >= 0 && tap < cnt) {
-        kh = th.k0 + (tap / tw.count) * th.step;
-        kw = tw.k0 + (tap % tw.count) * tw.step;
-      }
-      tap -= cnt;
-    }
-}
-
 // The launch's phases in 32-bit form (the host checks the ranges), so that a block finds its
 // phase and tile with a short search instead of 64-bit divisions.
 constexpr int kMaxPhases = 16;
@@ -77,6 +59,7 @@ struct PhaseEntry {
   int tap_base;   // the phase's first tap in the prepared weight
   int rh, rw, OHp, OWp, tiles_w, hrows, hcols;
   int off0_h, off_step_h, count_h, off0_w, off_step_w, count_w;
+  int k0_h, kstep_h, k0_w, kstep_w;  // the taps' kernel positions: kh = k0_h + t_h * kstep_h
 };
 struct PhaseTable {
   int n;
@@ -94,7 +77,9 @@ inline PhaseTable phase_table(const ConvTranspose2dParams& p, int th, int tw) {
       e = {static_cast<int>(tiles), static_cast<int>(taps), static_cast<int>(rh), static_cast<int>(rw),
            static_cast<int>(ph.OHp), static_cast<int>(ph.OWp), static_cast<int>(ph.tiles_w), ph.hrows, ph.hcols,
            static_cast<int>(ph.th.off0), static_cast<int>(ph.th.off_step), static_cast<int>(ph.th.count),
-           static_cast<int>(ph.tw.off0), static_cast<int>(ph.tw.off_step), static_cast<int>(ph.tw.count)};
+           static_cast<int>(ph.tw.off0), static_cast<int>(ph.tw.off_step), static_cast<int>(ph.tw.count),
+           static_cast<int>(ph.th.k0), static_cast<int>(ph.th.step), static_cast<int>(ph.tw.k0),
+           static_cast<int>(ph.tw.step)};
       taps += ph.th.count * ph.tw.count;
     }
   return tab;
@@ -127,6 +112,26 @@ __device__ inline TileOrigin locate_tile(const PhaseTable& phases, int block, in
   const PhaseEntry& ph = phases.e[pi];
   const int tile = block - (pi > 0 ? phases.e[pi - 1].tiles_end : 0);
   return {pi, (tile / ph.tiles_w) * th, (tile % ph.tiles_w) * tw};
+}
+
+// Tap index in phase order (phases row-major by residue, then t_h-major within a phase: the order
+// of the prepared weights) -> kernel position (kh, kw). Weight preparation calls it per word, so
+// it reads the host-built table instead of recomputing the phases' taps.
+__device__ inline void phase_ordered_tap(const PhaseTable& tab, int tap, int& kh, int& kw) {
+  int pi = 0;
+  while (pi + 1 < tab.n && tap >= tab.e[pi + 1].tap_base) ++pi;
+  const PhaseEntry& e = tab.e[pi];
+  const int t = tap - e.tap_base, t_h = t / e.count_w;
+  kh = e.k0_h + t_h * e.kstep_h;
+  kw = e.k0_w + (t - t_h * e.count_w) * e.kstep_w;
+}
+
+// Weight preparation indexes its output with 32-bit math where the buffer allows (the common
+// case: the per-word index decomposition is most of the kernel's work), 64-bit otherwise.
+template <typename F>
+cudaError_t dispatch_prepare_index(int64_t total, F&& launch) {
+  if (total < (int64_t(1) << 31)) return launch(uint32_t{});
+  return launch(uint64_t{});
 }
 
 __device__ inline uint32_t smem_addr(const void* p) {

@@ -259,27 +259,26 @@ __global__ void __launch_bounds__(128 * WM, 2)
 // weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][chunks][m16 blocks][lane][4]:
 // each 4-word group is the A fragment a lane passes to mma (rows = output channels, columns =
 // the chunk's input channels; float32 rounded to TF32, 16-bit types as pairs), zero padded.
-template <typename T>
+template <typename T, typename I>
 __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ wp,
-                                          ConvTranspose2dParams p, int64_t n_chunks, int64_t co16,
-                                          int64_t total) {
+                                          ConvTranspose2dParams p, PhaseTable phases, I n_chunks, I co16,
+                                          I total) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
-  const int64_t taps = p.kH * p.kW;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
+  const I taps = static_cast<I>(p.kH * p.kW);
+  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total; idx += I(gridDim.x) * blockDim.x) {
     const int word = static_cast<int>(idx % 4), lane = static_cast<int>((idx / 4) % 32);
-    int64_t rest = idx / kFragWords;
-    const int64_t blk = rest % co16;
+    I rest = idx / kFragWords;
+    const I blk = rest % co16;
     rest /= co16;
-    const int64_t chunk = rest % n_chunks;
+    const I chunk = rest % n_chunks;
     rest /= n_chunks;
-    const int64_t tap = rest % taps, grp = rest / taps;
-    int64_t kh, kw;
-    phase_ordered_tap(p, tap, kh, kw);
-    const int64_t oc = blk * 16 + lane / 4 + 8 * (word % 2);
+    const I tap = rest % taps, grp = rest / taps;
+    int kh, kw;
+    phase_ordered_tap(phases, static_cast<int>(tap), kh, kw);
+    const int64_t oc = int64_t(blk) * 16 + lane / 4 + 8 * (word % 2);
     const int64_t k = kF32 ? lane % 4 + 4 * (word / 2) : 2 * (lane % 4) + 8 * (word / 2);
-    wp[idx] = weight_operand_word(w, p, grp, chunk * kCh + k, oc, kh, kw);
+    wp[idx] = weight_operand_word(w, p, grp, int64_t(chunk) * kCh + k, oc, kh, kw);
   }
 }
 
@@ -406,11 +405,15 @@ cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dt
   const int64_t total = p.groups * p.kH * p.kW * n_chunks * co16 * kFragWords;
   if (total == 0) return cudaSuccess;
   uint32_t* wp = static_cast<uint32_t*>(prepared);
+  const PhaseTable phases = phase_table(p, t.th, t.tw);
   return dispatch_tensor_core_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    prepare_mma_weight_kernel<<<prepare_blocks(total), 256, 0, stream>>>(static_cast<const T*>(weight), wp, p,
-                                                                         n_chunks, co16, total);
-    return cudaGetLastError();
+    return dispatch_prepare_index(total, [&](auto index) {
+      using I = decltype(index);
+      prepare_mma_weight_kernel<T, I><<<prepare_blocks(total), 256, 0, stream>>>(
+          static_cast<const T*>(weight), wp, p, phases, I(n_chunks), I(co16), I(total));
+      return cudaGetLastError();
+    });
   });
 }
 

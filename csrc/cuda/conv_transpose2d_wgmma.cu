@@ -16,11 +16,15 @@ namespace {
 
 constexpr int kWarpgroup = 128;
 constexpr int kThreads = 2 * kWarpgroup;  // warpgroup 0 stages chunks, warpgroup 1 issues the MMAs
-// Registers per thread after reallocation: they sum to 2 x 128, so two blocks fit an SM (the
-// consumer's 64 x 128q-pixel accumulators need 64q registers).
+// 16-row strips: registers per thread after reallocation sum to 2 x 128, so two blocks fit an SM
+// (the consumer's 64 x 128q-pixel accumulators need 64q registers). 17-row strips' 68q
+// accumulators do not fit 160 registers: one block per SM, no reallocation.
 constexpr int kProducerRegs = 96, kConsumerRegs = 160;
+constexpr int blocks_per_sm(int rows) { return rows == 16 ? 2 : 1; }
 constexpr int kBlockCh = 64;      // output channels per block: the MMA's M
-constexpr int kStripPx = 128;     // pixels per strip: 16 rows x 8 columns, the MMA's N
+// A strip is R rows x 8 columns of pixels, the MMA's N = 8R (R = 16, or 17 for maps of 2 x 17
+// rows); a tile is Q strips side by side. The epilogue's pixel count is padded to whole warps.
+constexpr int epilogue_pixels(int rows, int q) { return (8 * rows * q + 31) / 32 * 32; }
 constexpr int kMaxHalo = 512;     // halo pixels per tile (4 per producer thread)
 constexpr int kPxPerThread = kMaxHalo / kWarpgroup;
 constexpr int kTapBytes = 2 * kBlockCh * 16;  // A of one tap and chunk: 2 K-planes x 64 rows x 16 B
@@ -37,41 +41,46 @@ struct WgSmem {
   size_t bytes;     // mbarriers + the whole pipeline (or the epilogue's Cs and offsets, if larger)
 };
 
-WgSmem wg_smem(const ConvTranspose2dParams& p, int q, int stages) {
-  const PhaseMaxima most = phase_maxima(p, kWgmmaTileRows, 8 * q);
+WgSmem wg_smem(const ConvTranspose2dParams& p, int rows, int q, int stages) {
+  const PhaseMaxima most = phase_maxima(p, rows, 8 * q);
   WgSmem s;
   s.halo_plane = most.halo * 16;
   s.halo_bytes = 2 * s.halo_plane;
   s.stage_bytes = s.halo_bytes + most.taps * kTapBytes;
-  s.c_ld = kStripPx * q + 8;
-  const size_t epilogue = 4 * kBlockCh * s.c_ld + 8 * kStripPx * q;
+  s.c_ld = epilogue_pixels(rows, q) + 8;
+  const size_t epilogue = 4 * kBlockCh * s.c_ld + 8 * epilogue_pixels(rows, q);
   s.bytes = kBarrierBytes + std::max(static_cast<size_t>(stages) * s.stage_bytes, epilogue);
   return s;
 }
 
-template <typename T>
-__device__ inline void wgmma_m64n128(float (&d)[64], uint64_t a, uint64_t b) {
-  if constexpr (std::is_same<T, float>::value) {
-    wgmma_m64n128_tf32(d, a, b);
-  } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    wgmma_m64n128_bf16(d, a, b);
+// One strip's MMA: m64n(8R), 4R accumulators per thread.
+template <typename T, int R>
+__device__ inline void wgmma_strip(float (&d)[4 * R], uint64_t a, uint64_t b) {
+  static_assert(R == 16 || R == 17, "strip heights with generated wrappers");
+  constexpr bool kF32 = std::is_same<T, float>::value, kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  if constexpr (R == 16) {
+    if constexpr (kF32) wgmma_m64n128_tf32(d, a, b);
+    else if constexpr (kBf16) wgmma_m64n128_bf16(d, a, b);
+    else wgmma_m64n128_f16(d, a, b);
   } else {
-    wgmma_m64n128_f16(d, a, b);
+    if constexpr (kF32) wgmma_m64n136_tf32(d, a, b);
+    else if constexpr (kBf16) wgmma_m64n136_bf16(d, a, b);
+    else wgmma_m64n136_f16(d, a, b);
   }
 }
 
 // Stage s holds chunk c = s + k * stages in its k-th round. full[s] completes when the producer
 // warpgroup has stored the chunk's halo (128 arrivals) and the chunk's weights have landed (bulk
 // copy bytes); empty[s] when the consumer's MMAs that read it have finished (128 arrivals).
-template <typename T, int Q>
-__global__ void __launch_bounds__(kThreads, 2)
+template <typename T, int Q, int R>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
     conv_wgmma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                       ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t n_base,
                       int64_t tiles_per_sample) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
-  constexpr int kTW = 8 * Q;
+  constexpr int kTW = 8 * Q, kStrip = 8 * R, kBM = epilogue_pixels(R, Q);
   using Raw = typename std::conditional<kF32, float, unsigned short>::type;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t bars = smem_addr(smem), pipe = bars + kBarrierBytes;
@@ -89,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t n = n_base + blockIdx.z;
   const int64_t col_tiles = (p.C_out_g + kBlockCh - 1) / kBlockCh;
   const int64_t g = blockIdx.y / col_tiles, ct = blockIdx.y % col_tiles, oc0 = ct * kBlockCh;
-  const TileOrigin origin = locate_tile(phases, static_cast<int>(blockIdx.x), kWgmmaTileRows, kTW);
+  const TileOrigin origin = locate_tile(phases, static_cast<int>(blockIdx.x), R, kTW);
   const PhaseEntry& ph = phases.e[origin.phase];
   const int j0 = origin.j0, i0 = origin.i0;
   const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
@@ -99,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (threadIdx.x < kWarpgroup) {
     // Producer: per chunk, the halo through registers (NCHW planes -> 16-byte channel groups per
     // pixel, TF32-rounded) and the phase's weights by one bulk copy.
-    warpgroup_reg_dealloc<kProducerRegs>();
+    if constexpr (blocks_per_sm(R) == 2) warpgroup_reg_dealloc<kProducerRegs>();
     if (n_chunks == 0) return;
     const int tid = threadIdx.x;
     const int64_t HW = p.H * p.W;
@@ -175,27 +184,38 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // Consumer: tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h rows and
   // (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in.
-  warpgroup_reg_alloc<kConsumerRegs>();
+  if constexpr (blocks_per_sm(R) == 2) warpgroup_reg_alloc<kConsumerRegs>();
   const int tid = threadIdx.x - kWarpgroup;
-  float acc[Q][64];
+  float acc[Q][4 * R];
 #pragma unroll
   for (int q = 0; q < Q; ++q)
 #pragma unroll
-    for (int e = 0; e < 64; ++e) acc[q][e] = 0.f;
-  for (int c = 0; c < n_chunks; ++c) {
-    const int s = c % stages;
-    mbar_wait(full(s), (c / stages) & 1);
-    const uint64_t a_desc = wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128);
-    const uint64_t b_desc = wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16);
-    wgmma_fence();
+    for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
+  // Strips wholly right of the phase grid (its last tile column) issue no MMAs. The full tile's
+  // loop is kept free of that test (H100: with a per-MMA test L2_19's conv took 3.96 ms, without 3.79).
+  const int q_used = min(Q, (ph.OWp - i0 + 7) / 8);
+  auto chunk_mmas = [&](uint64_t a_desc, uint64_t b_desc, auto all_strips) {
     int tap = 0;
     for (int t_h = 0; t_h < cnt_h; ++t_h)
       for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
         const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
 #pragma unroll
         for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
-          wgmma_m64n128<T>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
+          if (decltype(all_strips)::value || q < q_used)
+            wgmma_strip<T, R>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
       }
+  };
+  for (int c = 0; c < n_chunks; ++c) {
+    const int s = c % stages;
+    mbar_wait(full(s), (c / stages) & 1);
+    const uint64_t a_desc = wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128);
+    const uint64_t b_desc = wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16);
+    wgmma_fence();
+    if (q_used == Q) {
+      chunk_mmas(a_desc, b_desc, std::true_type{});
+    } else {
+      chunk_mmas(a_desc, b_desc, std::false_type{});
+    }
     wgmma_commit();
     wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
     if (c > 0) mbar_arrive(empty((c - 1) % stages));
@@ -205,23 +225,25 @@ __global__ void __launch_bounds__(kThreads, 2)
   consumers();  // the epilogue's Cs overlays stages the other warps' MMAs read
 
   // Accumulators -> Cs[channel][pixel]: warp w holds channels 16w + lane / 4 (+ 8); register
-  // 4j + e of strip q is pixel q * 128 + 8j + 2 * (lane % 4) + e % 2 (tile row j of the strip).
+  // 4j + e of strip q is pixel q * 8R + 8j + 2 * (lane % 4) + e % 2 (tile row j of the strip).
   float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
   int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
   const int warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
 #pragma unroll
   for (int q = 0; q < Q; ++q)
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int c = 16 * warp + gq, m = q * kStripPx + 8 * j + 2 * tq;
+    for (int j = 0; j < R; ++j) {
+      const int c = 16 * warp + gq, m = q * kStrip + 8 * j + 2 * tq;
       *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[q][4 * j], acc[q][4 * j + 1]);
       *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[q][4 * j + 2], acc[q][4 * j + 3]);
     }
-  conv_epilogue<T, kStripPx * Q, kBlockCh, kWarpgroup>(
-      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kStripPx * Q,
+  for (int i = tid; i < kBlockCh * (kBM - Q * kStrip); i += kWarpgroup)  // padding pixels: defined values
+    Cs[(i / (kBM - Q * kStrip)) * sl.c_ld + Q * kStrip + i % (kBM - Q * kStrip)] = 0.f;
+  conv_epilogue<T, kBM, kBlockCh, kWarpgroup>(
+      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM,
       EpilogueThreads<NamedBarrier>{tid, pix_off, consumers}, [&](int m) -> int64_t {
-        const int q = m / kStripPx, r = (m % kStripPx) / 8, c = 8 * q + m % 8;
-        if (j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
+        const int q = m / kStrip, r = (m % kStrip) / 8, c = 8 * q + m % 8;
+        if (q >= Q || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
         return (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw + p.sW * int64_t(i0 + c);
       });
 }
@@ -230,48 +252,47 @@ __global__ void __launch_bounds__(kThreads, 2)
 // [K-plane][64 rows][4 words]: the A operand of one MMA in core-matrix order (float32 rounded
 // to TF32, 16-bit types as pairs of neighbouring input channels), zero padded. A phase's taps of
 // one chunk are contiguous: one bulk copy per chunk.
-template <typename T>
+template <typename T, typename I>
 __global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ wp,
-                                            ConvTranspose2dParams p, int64_t n_chunks,
-                                            int64_t col_tiles, int64_t total) {
+                                            ConvTranspose2dParams p, PhaseTable phases, I n_chunks,
+                                            I col_tiles, I total) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
-  const int64_t taps = p.kH * p.kW;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
+  const I taps = static_cast<I>(p.kH * p.kW);
+  for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total; idx += I(gridDim.x) * blockDim.x) {
     const int word = static_cast<int>(idx % 4), row = static_cast<int>((idx / 4) % kBlockCh);
     const int plane = static_cast<int>((idx / (4 * kBlockCh)) % 2);
-    int64_t rest = idx / (kTapBytes / 4);
-    const int64_t tap = rest % taps;
+    I rest = idx / (kTapBytes / 4);
+    const I tap = rest % taps;
     rest /= taps;
-    const int64_t chunk = rest % n_chunks;
+    const I chunk = rest % n_chunks;
     rest /= n_chunks;
-    const int64_t blk = rest % col_tiles, grp = rest / col_tiles;
-    int64_t kh, kw;
-    phase_ordered_tap(p, tap, kh, kw);
+    const I blk = rest % col_tiles, grp = rest / col_tiles;
+    int kh, kw;
+    phase_ordered_tap(phases, static_cast<int>(tap), kh, kw);
     const int64_t k = kF32 ? 4 * plane + word : 8 * plane + 2 * word;
-    wp[idx] = weight_operand_word(w, p, grp, chunk * kCh + k, blk * kBlockCh + row, kh, kw);
+    wp[idx] = weight_operand_word(w, p, grp, int64_t(chunk) * kCh + k, int64_t(blk) * kBlockCh + row, kh, kw);
   }
 }
 
-template <typename T, int Q>
-cudaError_t launch_q(const void* x, const void* wprep, const void* bias, void* out,
+template <typename T, int Q, int R>
+cudaError_t launch_tile(const void* x, const void* wprep, const void* bias, void* out,
                      const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
                      cudaStream_t stream) {
   const int64_t tiles = conv_wgmma_tiles_per_sample(p, t);
   const int64_t col_tiles = p.groups * ceil_div(p.C_out_g, kBlockCh);
   if (tiles == 0 || p.N == 0) return cudaSuccess;
   if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
-  const WgSmem sl = wg_smem(p, Q, t.stages);
-  cudaError_t err = cudaFuncSetAttribute(conv_wgmma_kernel<T, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const WgSmem sl = wg_smem(p, R, Q, t.stages);
+  cudaError_t err = cudaFuncSetAttribute(conv_wgmma_kernel<T, Q, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(sl.bytes));
   if (err != cudaSuccess) return err;
   for (int64_t n0 = 0; n0 < p.N; n0 += 65535) {
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
                     static_cast<unsigned>(std::min<int64_t>(65535, p.N - n0)));
-    conv_wgmma_kernel<T, Q><<<grid, kThreads, sl.bytes, stream>>>(
+    conv_wgmma_kernel<T, Q, R><<<grid, kThreads, sl.bytes, stream>>>(
         static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
-        static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, kWgmmaTileRows, 8 * Q), n0, tiles);
+        static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, R, 8 * Q), n0, tiles);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -282,7 +303,8 @@ template <typename T>
 cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out,
                    const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
                    cudaStream_t stream) {
-  if (t.q == 2) return launch_q<T, 2>(x, wprep, bias, out, p, t, ep, stream);
+  if (t.q == 2 && t.rows == 16) return launch_tile<T, 2, 16>(x, wprep, bias, out, p, t, ep, stream);
+  if (t.q == 2 && t.rows == 17) return launch_tile<T, 2, 17>(x, wprep, bias, out, p, t, ep, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -298,36 +320,51 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   if (16 * p.H * p.W > 0x7fffffff) return {};
   const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
   if (OHmax == 0 || OWmax == 0) return {};
-  // One tile shape, 16 x 16 pixels (q = 2): measured on the seed and demo layers, q = 1 (twice
-  // the weight copies per MMA) and tiles mostly outside the phase grids lose to the mma.sync
-  // kernel, which also has tiles spanning several images for small maps.
+  // Tiles of 16 columns (q = 2): measured on the seed and demo layers, q = 1 (twice the weight
+  // copies per MMA) and tiles mostly outside the phase grids lose to the mma.sync kernel, which
+  // also has tiles spanning several images for small maps. Strips of 16 rows, or 17 where that
+  // covers the phase grids better (maps of 2 x 17 = 34 rows leave 16-row strips 70% full).
   const int q = 2;
-  int64_t used = 0, covered = 0, most_taps = 0;
-  for (int64_t rh = 0; rh < p.sH; ++rh)
-    for (int64_t rw = 0; rw < p.sW; ++rw) {
-      const PhaseTile ph = phase_tile(p, kWgmmaTileRows, 8 * q, rh, rw);
-      const int64_t taps = ph.th.count * ph.tw.count;
-      if (taps > 0 && ph.hrows * ph.hcols > kMaxHalo) return {};
-      most_taps = std::max(most_taps, taps);
-      used += ph.OHp * ph.OWp;
-      covered += ph.tiles * kStripPx * q;
-    }
-  if (!phase_table_fits(p, kWgmmaTileRows, 8 * q)) return {};
-  if (!force && used < 0.6 * covered) return {};
+  struct Fit {
+    int64_t used = 0, covered = 0, most_taps = 0;
+    bool ok = true;
+  };
+  auto fit = [&](int rows) {
+    Fit f;
+    for (int64_t rh = 0; rh < p.sH; ++rh)
+      for (int64_t rw = 0; rw < p.sW; ++rw) {
+        const PhaseTile ph = phase_tile(p, rows, 8 * q, rh, rw);
+        const int64_t taps = ph.th.count * ph.tw.count;
+        if (taps > 0 && ph.hrows * ph.hcols > kMaxHalo) f.ok = false;
+        f.most_taps = std::max(f.most_taps, taps);
+        f.used += ph.OHp * ph.OWp;
+        // strips right of the grid issue no MMAs
+        f.covered += ceil_div(ph.OHp, rows) * rows * ceil_div(ph.OWp, 8) * 8;
+      }
+    f.ok = f.ok && phase_table_fits(p, rows, 8 * q);
+    return f;
+  };
+  const Fit f16 = fit(16), f17 = fit(17);
+  // 17-row strips only for a clear gain: their MMAs are 6% longer and their tile covers more halo
+  const bool tall = f17.ok && (!f16.ok || f17.covered * 100 < f16.covered * 95);
+  const Fit& f = tall ? f17 : f16;
+  const int rows = tall ? 17 : 16;
+  if (!f.ok) return {};
+  if (!force && f.used < 0.6 * f.covered) return {};
   // float32 chunks with few taps: per-chunk costs (halo, weights, barriers) dominate and the
   // mma.sync kernel was measured faster (H100: 4-tap stride-2 layers); 16-bit chunks carry twice
   // the channels
-  if (!force && dtype == DType::F32 && most_taps < 8) return {};
+  if (!force && dtype == DType::F32 && f.most_taps < 8) return {};
   // Two blocks per SM (one's epilogue runs under the other's MMAs) with the deepest pipeline
   // that fits, else one block with up to kMaxStages.
   for (const size_t budget : {kTwoBlocksSmem, kMaxSmem})
-    for (int s = kMaxStages; s >= 2; --s)
-      if (wg_smem(p, q, s).bytes <= budget) return {q, s};
+    for (int s = kMaxStages; s >= 2 && (budget == kMaxSmem || blocks_per_sm(rows) == 2); --s)
+      if (wg_smem(p, rows, q, s).bytes <= budget) return {q, rows, s};
   return {};
 }
 
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t) {
-  return phase_tiles_per_sample(p, kWgmmaTileRows, 8 * t.q);
+  return phase_tiles_per_sample(p, t.rows, 8 * t.q);
 }
 
 // In elements of the input dtype (the buffer is allocated with the weight's dtype).
@@ -344,11 +381,16 @@ cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType 
   const int64_t total = p.groups * p.kH * p.kW * n_chunks * col_tiles * (kTapBytes / 4);
   if (total == 0) return cudaSuccess;
   uint32_t* wp = static_cast<uint32_t*>(prepared);
+  // any tile shape: only the phases' taps are read
+  const PhaseTable phases = phase_table(p, 16, 8);
   return dispatch_tensor_core_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    prepare_wgmma_weight_kernel<<<prepare_blocks(total), 256, 0, stream>>>(static_cast<const T*>(weight), wp, p,
-                                                                           n_chunks, col_tiles, total);
-    return cudaGetLastError();
+    return dispatch_prepare_index(total, [&](auto index) {
+      using I = decltype(index);
+      prepare_wgmma_weight_kernel<T, I><<<prepare_blocks(total), 256, 0, stream>>>(
+          static_cast<const T*>(weight), wp, p, phases, I(n_chunks), I(col_tiles), I(total));
+      return cudaGetLastError();
+    });
   });
 }
 

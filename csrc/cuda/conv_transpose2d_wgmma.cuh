@@ -1,8 +1,8 @@
 #pragma once
 // The Hopper conv_transpose2d kernel (wgmma, sm_90a). Same GEMM per phase as the mma.sync kernel
 // (weights = M, the phase's output pixels = N, input channels x taps = K), warp-specialised:
-//  - a block owns 64 output channels of one group and a 16-row x 8q-column tile of one phase grid
-//    (q strips of 16 x 8 pixels: one m64n128 MMA per strip and tap);
+//  - a block owns 64 output channels of one group and an R-row x 8q-column tile of one phase grid
+//    (q strips of R x 8 pixels, R = 16 or 17: one m64n(8R) MMA per strip and tap);
 //  - a producer warpgroup stages, per chunk of input channels (8 fp32 / 16 bf16 = 32 bytes per
 //    pixel), the tile's input halo as two K-planes of 16-byte pixels (so a tap's B operand is the
 //    halo shifted by the tap's offset: 8 neighbouring pixels form one core matrix and a tile row
@@ -18,10 +18,10 @@ namespace cuda {
 
 // Tile of the wgmma kernel (q == 0: the kernel does not take the call).
 struct WgmmaTiling {
-  int q = 0;       // strips of 8 columns: the tile is 16 rows x 8q columns
+  int q = 0;       // strips of 8 columns: the tile is `rows` rows x 8q columns
+  int rows = 16;   // 16 or 17 (the MMA's N = 8 x rows)
   int stages = 0;  // pipeline depth
 };
-constexpr int kWgmmaTileRows = 16;
 
 // device_sm: the current device's compute capability (major * 10 + minor); the kernel exists for
 // sm_90 only (built for sm_90a). force: take every call the kernel can run, also those the

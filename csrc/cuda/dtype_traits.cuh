@@ -84,6 +84,12 @@ struct DTypeTraits<__half> : Half16Traits<__half> {};
 template <>
 struct DTypeTraits<__nv_bfloat16> : Half16Traits<__nv_bfloat16> {};
 
+// kVec elements moved as one 16-byte access.
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Vec {
+  T v[kVec];
+};
+
 // Calls f(T{}) with the element type of dtype (the launch functions' dtype switch).
 template <typename F>
 cudaError_t dispatch_dtype(DType dtype, F f) {

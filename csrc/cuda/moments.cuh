@@ -30,5 +30,25 @@ __device__ inline Moments block_combine(Moments m) {
   return red[0];
 }
 
+// Sums kCount doubles per thread across a block of kThreads (a power of two), tree over the
+// thread index; every thread gets the sums. Safe to call repeatedly (it waits for the previous
+// call's readers before reusing its scratch).
+template <int kThreads, int kCount>
+__device__ void block_sum(double (&v)[kCount]) {
+  __shared__ double red[kCount][kThreads];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kCount; ++k) red[k][threadIdx.x] = v[k];
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width)
+#pragma unroll
+      for (int k = 0; k < kCount; ++k) red[k][threadIdx.x] += red[k][threadIdx.x + width];
+    __syncthreads();
+  }
+#pragma unroll
+  for (int k = 0; k < kCount; ++k) v[k] = red[k][0];
+}
+
 }  // namespace cuda
 }  // namespace myops

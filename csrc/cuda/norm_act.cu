@@ -13,11 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-  T v[kVec];
-};
-
 template <typename T>
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
@@ -52,24 +47,6 @@ cudaError_t launch_gelu(const void* x, void* y, int64_t n, GeluApprox approx, cu
   const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 132 * 16));
   gelu_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n_vec, n, approx);
   return cudaGetLastError();
-}
-
-// ---- fixed-order block reductions -----------------------------------------------------------
-// Sums `count` doubles per thread across the block (tree over thread index).
-template <int kCount>
-__device__ void block_sum(double (&v)[kCount]) {
-  __shared__ double red[kCount][kThreads];
-#pragma unroll
-  for (int k = 0; k < kCount; ++k) red[k][threadIdx.x] = v[k];
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width)
-#pragma unroll
-      for (int k = 0; k < kCount; ++k) red[k][threadIdx.x] += red[k][threadIdx.x + width];
-    __syncthreads();
-  }
-#pragma unroll
-  for (int k = 0; k < kCount; ++k) v[k] = red[k][0];
 }
 
 // ---- GroupNorm statistics over a tensor ------------------------------------------------------
@@ -112,7 +89,7 @@ __global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel,
   }
   for (int64_t e = head + n_vec * kVec + threadIdx.x; e < group_numel; e += kThreads) add(xg[e]);
   double v[2] = {static_cast<double>(s), static_cast<double>(ss)};
-  block_sum(v);
+  block_sum<kThreads>(v);
   if (threadIdx.x == 0) {
     const double m = v[0] / group_numel;
     const double var = std::max(v[1] / group_numel - m * m, 0.0);
@@ -139,34 +116,46 @@ __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64
 }
 
 // ---- normalise -------------------------------------------------------------------------------
+// y = (x - mean) * (rstd * gamma) + beta for one (n, c) plane, folded once per plane (in float64).
+template <typename T>
+struct PlaneNorm {
+  using Tr = DTypeTraits<T>;
+  using acc_t = typename Tr::acc_t;
+  acc_t mu, scale, shift;
+  PlaneNorm() = default;
+  __device__ PlaneNorm(int64_t plane, int64_t C, int64_t C_g, const double* mean, const double* rstd,
+                       const T* gamma, const T* beta) {
+    const int64_t c = plane % C, ng = (plane / C) * (C / C_g) + c / C_g;
+    scale = static_cast<acc_t>(rstd[ng] * (gamma ? static_cast<double>(Tr::to_acc(gamma[c])) : 1.0));
+    mu = static_cast<acc_t>(mean[ng]);
+    shift = beta ? Tr::to_acc(beta[c]) : acc_t(0);
+  }
+  __device__ T operator()(T v) const { return Tr::from_acc((Tr::to_acc(v) - mu) * scale + shift); }
+};
+
+// Where a run of elements may use 16-byte vectors: x and y share their misalignment (checked on
+// the host), so a scalar head up to the first aligned element, vectors, then a scalar tail.
+template <typename T>
+__device__ inline int64_t vector_head(const T* p, int64_t len) {
+  constexpr int kVec = DTypeTraits<T>::kVec;
+  const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % 16) / static_cast<int64_t>(sizeof(T));
+  return min(len, mis == 0 ? int64_t(0) : kVec - mis);
+}
+
 // grid: (blocks per plane, N * C). Each block normalises part of one (n, c) plane.
 template <typename T>
 __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t plane0, int64_t C,
                                         int64_t HW, int64_t C_g, const double* __restrict__ mean,
                                         const double* __restrict__ rstd, const T* __restrict__ gamma,
                                         const T* __restrict__ beta, bool vec_ok) {
-  using acc_t = typename DTypeTraits<T>::acc_t;
-  using Tr = DTypeTraits<T>;
   constexpr int kVec = DTypeTraits<T>::kVec;
   const int64_t plane = plane0 + blockIdx.y;
-  const int64_t c = plane % C, ng = (plane / C) * (C / C_g) + c / C_g;
-  const double sc = rstd[ng] * (gamma ? static_cast<double>(Tr::to_acc(gamma[c])) : 1.0);
-  const acc_t scale = static_cast<acc_t>(sc);
-  const acc_t mu = static_cast<acc_t>(mean[ng]);
-  const acc_t shift = beta ? Tr::to_acc(beta[c]) : acc_t(0);
+  const PlaneNorm<T> norm(plane, C, C_g, mean, rstd, gamma, beta);
   const T* xp = x + plane * HW;
   T* yp = y + plane * HW;
-  auto norm = [&](T v) { return Tr::from_acc((Tr::to_acc(v) - mu) * scale + shift); };
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t t0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  // Planes need not start on a 16-byte boundary (HW % kVec != 0): scalar head up to the first
-  // aligned element, 16-byte vectors, scalar tail. x and y share their misalignment (checked).
-  int64_t head = 0, n_vec = 0;
-  if (vec_ok) {
-    const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(xp) % 16) / static_cast<int64_t>(sizeof(T));
-    head = min(HW, mis == 0 ? int64_t(0) : kVec - mis);
-    n_vec = (HW - head) / kVec;
-  }
+  const int64_t head = vec_ok ? vector_head(xp, HW) : 0, n_vec = vec_ok ? (HW - head) / kVec : 0;
   const Vec<T, kVec>* xv = reinterpret_cast<const Vec<T, kVec>*>(xp + head);
   Vec<T, kVec>* yv = reinterpret_cast<Vec<T, kVec>*>(yp + head);
   constexpr int kUnroll = 4;  // vectors in flight per thread
@@ -192,6 +181,48 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
   for (int64_t e = head + n_vec * kVec + t0; e < HW; e += stride) yp[e] = norm(xp[e]);
 }
 
+// Small planes (a decoder's first layers: 4x4 to 32x32 maps over many channels): one block per
+// kPlanesElems elements' worth of whole planes, so that blocks are not mostly idle threads. The
+// block's planes are one contiguous run; each thread walks its elements' plane index forward
+// instead of dividing per element.
+constexpr int kPlanesElems = 16 * kThreads;
+constexpr int kMaxPlanesPerBlock = 1024;
+template <typename T>
+__global__ void group_norm_apply_planes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t planes,
+                                               int planes_per_block, int64_t C, int HW, int64_t C_g,
+                                               const double* __restrict__ mean, const double* __restrict__ rstd,
+                                               const T* __restrict__ gamma, const T* __restrict__ beta,
+                                               bool vec_ok) {
+  constexpr int kVec = DTypeTraits<T>::kVec;
+  __shared__ PlaneNorm<T> norms[kMaxPlanesPerBlock];
+  const int64_t p0 = blockIdx.x * int64_t(planes_per_block);
+  const int n_planes = static_cast<int>(min(int64_t(planes_per_block), planes - p0));
+  for (int i = threadIdx.x; i < n_planes; i += kThreads) norms[i] = PlaneNorm<T>(p0 + i, C, C_g, mean, rstd, gamma, beta);
+  __syncthreads();
+  const T* xp = x + p0 * HW;
+  T* yp = y + p0 * HW;
+  const int len = n_planes * HW;  // < kPlanesElems + HW (host-checked to fit)
+  const int head = vec_ok ? static_cast<int>(vector_head(xp, len)) : 0;
+  const int n_vec = vec_ok ? (len - head) / kVec : 0;
+  const Vec<T, kVec>* xv = reinterpret_cast<const Vec<T, kVec>*>(xp + head);
+  Vec<T, kVec>* yv = reinterpret_cast<Vec<T, kVec>*>(yp + head);
+  for (int i = threadIdx.x; i < n_vec; i += kThreads) {
+    Vec<T, kVec> v = xv[i];
+    const int e = head + i * kVec;
+    int pl = e / HW, r = e - pl * HW;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      if (r == HW) r = 0, ++pl;
+      v.v[k] = norms[pl](v.v[k]);
+      ++r;
+    }
+    yv[i] = v;
+  }
+  auto scalar = [&](int e) { yp[e] = norms[e / HW](xp[e]); };
+  if (static_cast<int>(threadIdx.x) < head) scalar(threadIdx.x);
+  for (int e = head + n_vec * kVec + threadIdx.x; e < len; e += kThreads) scalar(e);
+}
+
 template <typename T>
 cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t HW, int64_t G,
                          const double* mean, const double* rstd, const void* gamma,
@@ -201,13 +232,22 @@ cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t H
   // vectors need x and y equally placed modulo 16 bytes (each plane then peels the same head)
   const bool vec_ok = (reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(y)) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(x) % sizeof(T) == 0;
+  const T* xt = static_cast<const T*>(x);
+  T* yt = static_cast<T*>(y);
+  const T *g = static_cast<const T*>(gamma), *b = static_cast<const T*>(beta);
+  if (4 * HW <= kPlanesElems) {
+    const int64_t per_block = std::min<int64_t>(kPlanesElems / HW, kMaxPlanesPerBlock);
+    const int64_t blocks = (N * C + per_block - 1) / per_block;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+    group_norm_apply_planes_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        xt, yt, N * C, static_cast<int>(per_block), C, static_cast<int>(HW), C / G, mean, rstd, g, b, vec_ok);
+    return cudaGetLastError();
+  }
   const int64_t per_plane = std::max<int64_t>(vec_ok ? HW / kVec : HW, 1);
   const int64_t bx = std::min<int64_t>((per_plane + 4 * kThreads - 1) / (4 * kThreads), 64);
   for (int64_t p0 = 0; p0 < N * C; p0 += 65535) {  // grid.y limit
     const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(std::min<int64_t>(N * C - p0, 65535)));
-    group_norm_apply_kernel<T><<<grid, kThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), p0, C, HW, C / G, mean, rstd,
-        static_cast<const T*>(gamma), static_cast<const T*>(beta), vec_ok);
+    group_norm_apply_kernel<T><<<grid, kThreads, 0, s>>>(xt, yt, p0, C, HW, C / G, mean, rstd, g, b, vec_ok);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
