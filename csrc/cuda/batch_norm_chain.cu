@@ -66,8 +66,9 @@ __device__ inline void batch_norm_fold(int c, const S* mean, const S* var, const
 
 // max over the pooling window of output (ph, pw) of tanh(x * a + s), x one input plane (global or
 // shared memory): tanh is monotonic, so it is taken once, of the largest x * a + s. Padding never
-// wins and NaN propagates, as in max_pool2d.
-template <typename T>
+// wins and NaN propagates, as in max_pool2d. kInside: no padding, so every window lies inside
+// the plane (max_pool2d's output size guarantees it) and needs no bounds tests.
+template <bool kInside = false, typename T>
 __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max(const T* in, const PoolInts& q, int ph, int pw,
                                                                     typename DTypeTraits<T>::acc_t a,
                                                                     typename DTypeTraits<T>::acc_t s) {
@@ -75,16 +76,38 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max(const T* in,
   typename Tr::acc_t best = -INFINITY;
   for (int i = 0; i < q.kH; ++i) {
     const int h = ph * q.sH - q.pH + i * q.dH;
-    if (h < 0 || h >= q.H) continue;
+    if (!kInside && (h < 0 || h >= q.H)) continue;
     for (int j = 0; j < q.kW; ++j) {
       const int wc = pw * q.sW - q.pW + j * q.dW;
-      if (wc < 0 || wc >= q.W) continue;
+      if (!kInside && (wc < 0 || wc >= q.W)) continue;
       const auto v = Tr::to_acc(in[h * q.W + wc]) * a + s;
       if (v > best || isnan(v)) best = v;
     }
   }
   return tanh(best);
 }
+
+// Walks flat indices o = start, start + kThreads, ... of [planes][rows][cols] keeping (plane, row,
+// col) up to date with adds instead of two divisions per element.
+struct PlaneCursor {
+  int plane, row, col;
+  int rows, cols, step_rows, step_cols;  // kThreads = step_rows * cols + step_cols
+  __device__ PlaneCursor(int start, int rows_, int cols_) : rows(rows_), cols(cols_) {
+    const int per_plane = rows * cols;
+    plane = start / per_plane;
+    const int r = start - plane * per_plane;
+    row = r / cols;
+    col = r - row * cols;
+    step_rows = kThreads / cols;
+    step_cols = kThreads - step_rows * cols;
+  }
+  __device__ void advance() {
+    col += step_cols;
+    if (col >= cols) col -= cols, ++row;
+    row += step_rows;
+    while (row >= rows) row -= rows, ++plane;
+  }
+};
 
 // Per-thread Welford of the stored values (the statistics GroupNorm sees).
 template <typename acc_t>
@@ -106,7 +129,7 @@ struct Welford {
 // second pass over global memory. Input planes are staged in batches with coalesced 16-byte
 // loads (placed at the source's misalignment so both sides line up), then pooled from shared
 // memory. Chosen when the pooled group and one input plane fit.
-template <typename T, typename S>
+template <bool kInside, typename T, typename S>
 __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, int C_g, PoolInts q,
                                                int batch_planes, const S* __restrict__ mean,
                                                const S* __restrict__ var, const T* __restrict__ w,
@@ -142,9 +165,11 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
     for (int i = threadIdx.x; i < head; i += kThreads) dst[i] = src[i];
     for (int i = head + n_vec * kVec + threadIdx.x; i < len; i += kThreads) dst[i] = src[i];
     __syncthreads();
-    for (int o = threadIdx.x; o < nb * PHW; o += kThreads) {
-      const int pl = o / PHW, r = o - pl * PHW, ph = r / q.PW, pw = r - ph * q.PW;
-      pooled[pl0 * PHW + o] = Tr::from_acc(bn_tanh_window_max(dst + pl * HW, q, ph, pw, bn_a[pl0 + pl], bn_s[pl0 + pl]));
+    PlaneCursor at(threadIdx.x, q.PH, q.PW);
+    for (int o = threadIdx.x; o < nb * PHW; o += kThreads, at.advance()) {
+      const int pl = at.plane;
+      pooled[pl0 * PHW + o] = Tr::from_acc(
+          bn_tanh_window_max<kInside>(dst + pl * HW, q, at.row, at.col, bn_a[pl0 + pl], bn_s[pl0 + pl]));
     }
   }
   __syncthreads();
@@ -169,10 +194,9 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
   }
   __syncthreads();
   T* out = y + (n * C + g * C_g) * int64_t(PHW);
-  for (int e = threadIdx.x; e < numel; e += kThreads) {
-    const int c = e / PHW;
-    out[e] = Tr::from_acc((Tr::to_acc(pooled[e]) - static_cast<acc_t>(mu)) * gn_scale[c] + gn_shift[c]);
-  }
+  PlaneCursor at(threadIdx.x, 1, PHW);
+  for (int e = threadIdx.x; e < numel; e += kThreads, at.advance())
+    out[e] = Tr::from_acc((Tr::to_acc(pooled[e]) - static_cast<acc_t>(mu)) * gn_scale[at.plane] + gn_shift[at.plane]);
 }
 
 // One warp per (n, c) plane (the fallback for groups too large for shared memory), lanes stride
@@ -259,7 +283,8 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;
-    auto kernel = bn_tanh_pool_group_norm_kernel<T, S>;
+    auto kernel = q.pH == 0 && q.pW == 0 ? bn_tanh_pool_group_norm_kernel<true, T, S>
+                                         : bn_tanh_pool_group_norm_kernel<false, T, S>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(layout.smem));
     if (err != cudaSuccess) return err;
