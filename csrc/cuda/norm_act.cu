@@ -44,7 +44,9 @@ cudaError_t launch_gelu(const void* x, void* y, int64_t n, GeluApprox approx, cu
   const bool vec_ok = aligned16<T>(x) && aligned16<T>(y);
   const int64_t n_vec = vec_ok ? n / kVec : 0;
   const int64_t work = std::max<int64_t>(n_vec, 1);
-  const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 132 * 16));
+  // one 16-byte vector per thread, as PyTorch's elementwise kernels (the grid-stride loop only
+  // for tensors beyond the grid's reach)
+  const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 0x7fffffff));
   gelu_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n_vec, n, approx);
   return cudaGetLastError();
 }
