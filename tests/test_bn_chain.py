@@ -81,9 +81,10 @@ def test_random_configs_match_pytorch_chain(device, dtype, count):
 
 # (C_out, H = W, num_groups, dtype): CUDA keeps a pooled (n, group) in shared memory when it fits
 # (64 KB) and stages input planes in 32 KB batches; these cover a group too large (the three-kernel
-# path), single-plane batches, and 16-bit planes that start off 16-byte alignment.
+# path), single-plane batches, 16-bit planes that start off 16-byte alignment, and a group of so
+# many channels that their per-channel factors alone would overflow shared memory.
 TAIL_SHAPES = [(16, 100, 1, torch.float32), (4, 90, 1, torch.float32), (6, 45, 2, torch.bfloat16),
-               (12, 33, 3, torch.float16)]
+               (12, 33, 3, torch.float16), (16384, 2, 1, torch.float32)]
 
 
 @pytest.mark.parametrize("device", DEVICES)

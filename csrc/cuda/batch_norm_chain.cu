@@ -238,8 +238,9 @@ bool pool_fits_int32(const Pool2dParams& q) {
            q.sW * q.PW + q.dW * q.kW > lim);
 }
 
-// Shared memory of the one-block-per-group kernel: the pooled group (at most 64 KB) plus input
-// planes staged in batches of up to 32 KB (at least one plane, at most 48 KB); 0 if it does not fit.
+// Shared memory of the one-block-per-group kernel: per-channel folds (4 per channel), the pooled
+// group (at most 64 KB) and input planes staged in batches of up to 32 KB (at least one plane, at
+// most 48 KB), 160 KB in all; 0 if it does not fit.
 struct GroupTail {
   int batch_planes = 0;
   size_t smem = 0;
@@ -250,7 +251,9 @@ GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
   if (pooled > 64 * 1024 || plane > 48 * 1024 || !pool_fits_int32(q)) return {};
   const int64_t batch = std::min<int64_t>(C_g, std::max<int64_t>(1, 32 * 1024 / plane));
   const int64_t per_channel = 4 * C_g * (dtype == DType::F64 ? 8 : 4);  // folds, scales, shifts
-  return {static_cast<int>(batch), static_cast<size_t>(per_channel + pooled + batch * plane + 16)};
+  const int64_t bytes = per_channel + pooled + batch * plane + 16;
+  if (bytes > 160 * 1024) return {};
+  return {static_cast<int>(batch), static_cast<size_t>(bytes)};
 }
 
 }  // namespace
