@@ -237,8 +237,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
       *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[q][4 * j], acc[q][4 * j + 1]);
       *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[q][4 * j + 2], acc[q][4 * j + 3]);
     }
-  for (int i = tid; i < kBlockCh * (kBM - Q * kStrip); i += kWarpgroup)  // padding pixels: defined values
-    Cs[(i / (kBM - Q * kStrip)) * sl.c_ld + Q * kStrip + i % (kBM - Q * kStrip)] = 0.f;
+  if constexpr (kBM > Q * kStrip) {  // padding pixels: defined values
+    constexpr int kPad = kBM - Q * kStrip;
+    for (int i = tid; i < kBlockCh * kPad; i += kWarpgroup) Cs[(i / kPad) * sl.c_ld + Q * kStrip + i % kPad] = 0.f;
+  }
   conv_epilogue<T, kBM, kBlockCh, kWarpgroup>(
       Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM,
       EpilogueThreads<NamedBarrier>{tid, pix_off, consumers}, [&](int m) -> int64_t {
@@ -355,6 +357,10 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // mma.sync kernel was measured faster (H100: 4-tap stride-2 layers); 16-bit chunks carry twice
   // the channels
   if (!force && dtype == DType::F32 && f.most_taps < 8) return {};
+  // A block alone on its SM (17-row strips) overlaps neither its pipeline fill nor its epilogue
+  // with other work: it needs enough chunks per tile (H100, L2_11's 64 input channels: float32, 8
+  // chunks, beat the mma.sync kernel by 5%; bfloat16, 4 chunks, lost by 8% in the fused op)
+  if (!force && blocks_per_sm(rows) == 1 && ceil_div(p.C_in_g, chunk_channels(dtype)) < 8) return {};
   // Two blocks per SM (one's epilogue runs under the other's MMAs) with the deepest pipeline
   // that fits, else one block with up to kMaxStages.
   for (const size_t budget : {kTwoBlocksSmem, kMaxSmem})
