@@ -156,9 +156,8 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
   for (int pl0 = 0; pl0 < C_g; pl0 += batch_planes) {
     const int nb = min(batch_planes, C_g - pl0), len = nb * HW;
     const T* src = src_group + int64_t(pl0) * HW;
-    const int mis = static_cast<int>(reinterpret_cast<uintptr_t>(src) % 16 / sizeof(T));
-    const int head = min(len, mis == 0 ? 0 : kVec - mis), n_vec = (len - head) / kVec;
-    T* dst = stage + mis;  // dst + head is 16-byte aligned, like src + head
+    const int head = static_cast<int>(vector_head(src, len)), n_vec = (len - head) / kVec;
+    T* dst = stage + misalignment16(src);  // dst + head is 16-byte aligned, like src + head
     __syncthreads();       // the previous batch's readers are done (and the folds are written)
     for (int i = threadIdx.x; i < n_vec; i += kThreads)
       reinterpret_cast<Vec<T, kVec>*>(dst + head)[i] = reinterpret_cast<const Vec<T, kVec>*>(src + head)[i];

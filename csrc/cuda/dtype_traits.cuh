@@ -90,6 +90,20 @@ struct alignas(sizeof(T) * kVec) Vec {
   T v[kVec];
 };
 
+// Elements of T by which p lies past a 16-byte boundary.
+template <typename T>
+__device__ inline int misalignment16(const T* p) {
+  return static_cast<int>(reinterpret_cast<uintptr_t>(p) % 16 / sizeof(T));
+}
+
+// Scalar elements before the first 16-byte-aligned one in a run of len elements from p (a run
+// that shares its misalignment with its destination: scalar head, 16-byte vectors, scalar tail).
+template <typename T>
+__device__ inline int64_t vector_head(const T* p, int64_t len) {
+  const int mis = misalignment16(p);
+  return min(len, mis == 0 ? int64_t(0) : int64_t(DTypeTraits<T>::kVec - mis));
+}
+
 // Calls f(T{}) with the element type of dtype (the launch functions' dtype switch).
 template <typename F>
 cudaError_t dispatch_dtype(DType dtype, F f) {

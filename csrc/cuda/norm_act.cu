@@ -135,15 +135,6 @@ struct PlaneNorm {
   __device__ T operator()(T v) const { return Tr::from_acc((Tr::to_acc(v) - mu) * scale + shift); }
 };
 
-// Where a run of elements may use 16-byte vectors: x and y share their misalignment (checked on
-// the host), so a scalar head up to the first aligned element, vectors, then a scalar tail.
-template <typename T>
-__device__ inline int64_t vector_head(const T* p, int64_t len) {
-  constexpr int kVec = DTypeTraits<T>::kVec;
-  const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % 16) / static_cast<int64_t>(sizeof(T));
-  return min(len, mis == 0 ? int64_t(0) : kVec - mis);
-}
-
 // grid: (blocks per plane, N * C). Each block normalises part of one (n, c) plane.
 template <typename T>
 __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t plane0, int64_t C,
