@@ -19,7 +19,9 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
     (1, 16, 64, 1, 15, 12, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True),   # wgmma's 17-row strips
 ]
 worst = 0.0
-for dtype in (torch.float32, torch.bfloat16, torch.float64):
+# float32 twice: TF32 (tensor cores) and strict (allow_tf32 off: the FFMA mode, generic kernel)
+for dtype, tf32 in ((torch.float32, True), (torch.float32, False), (torch.bfloat16, True), (torch.float64, True)):
+    torch.backends.cudnn.allow_tf32 = tf32
     for n, cin, cog, g, h, w, k, s, p, op, d, has_b in CONFIGS:
         x = torch.randn(n, cin, h, w, device=dev, dtype=dtype)
         wt = torch.randn(cin, cog, *k, device=dev, dtype=dtype)

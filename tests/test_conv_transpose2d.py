@@ -107,3 +107,16 @@ def test_wide_layers_random_configs(device, dtype, kernel, monkeypatch):
     # the mma.sync kernel alone, and (on an H100) the wgmma kernel on every config it can run
     set_conv_kernel(monkeypatch, kernel)
     check_random_configs(random.Random(4242), 40, random_wide_conv_config, dtype, device)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("kernel", ["default", "generic"])
+def test_strict_float32_random_configs(device, kernel, monkeypatch):
+    # TF32 off (torch.backends.cudnn.allow_tf32 = False): exact float32 products, so the tight
+    # float32 tolerance. Wide layers take the mma kernel's FFMA mode, the rest the generic kernel.
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    if kernel == "generic":
+        monkeypatch.setenv("MYOPS_DISABLE_MMA", "1")
+    assert tolerance(torch.float32, device) == 2e-5
+    check_random_configs(random.Random(31), 60, random_conv_config, torch.float32, device)
+    check_random_configs(random.Random(32), 60, random_wide_conv_config, torch.float32, device)

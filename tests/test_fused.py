@@ -114,3 +114,17 @@ def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
             assert_matches(out, ref_fused(*args), tolerance(dtype, device) * 4, floor=1.0)
         except AssertionError as e:
             raise AssertionError(f"config {i}: {cfg}, gelu={args[8]}, groups={args[9]}: {e}") from None
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+def test_strict_float32_wide_layers_chain(device, monkeypatch):
+    # TF32 off: the FFMA mode of the mma kernel under the fused epilogue, tight float32 tolerance
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    rng = random.Random(2025)
+    for i in range(30):
+        cfg, args = random_fused_case(rng, torch.float32, device, random_wide_conv_config)
+        out = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
+        try:
+            assert_matches(out, ref_fused(*args), tolerance(torch.float32, device) * 4, floor=1.0)
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: {cfg}, gelu={args[8]}, groups={args[9]}: {e}") from None

@@ -158,17 +158,17 @@ constexpr int chunk_channels() { return std::is_same<T, float>::value ? 8 : 16; 
 inline int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
 
 // The tensor-core operand word of weight [C_in][C_out_g][kH][kW] for group grp, output channel oc,
-// tap (kh, kw) and input channel icg of the group: float32 rounded to TF32, 16-bit types as the pair
-// (icg, icg + 1) (low = icg); zero past the channels (tile padding). Both kernels' weight
-// preparation reads through it.
-template <typename T>
+// tap (kh, kw) and input channel icg of the group: float32 rounded to TF32 (kept exact for the
+// FFMA mode, kRound false), 16-bit types as the pair (icg, icg + 1) (low = icg); zero past the
+// channels (tile padding). Both kernels' weight preparation reads through it.
+template <typename T, bool kRound = true>
 __device__ inline uint32_t weight_operand_word(const T* w, const ConvTranspose2dParams& p, int64_t grp,
                                                int64_t icg, int64_t oc, int64_t kh, int64_t kw) {
   auto bits = [&](int64_t ic) -> uint32_t {
     if (oc >= p.C_out_g || ic >= p.C_in_g) return 0;
     const int64_t i = (((grp * p.C_in_g + ic) * p.C_out_g + oc) * p.kH + kh) * p.kW + kw;
     if constexpr (std::is_same<T, float>::value) {
-      return to_tf32(w[i]);
+      return kRound ? to_tf32(w[i]) : __float_as_uint(w[i]);
     } else {
       return reinterpret_cast<const unsigned short*>(w)[i];
     }
@@ -177,15 +177,17 @@ __device__ inline uint32_t weight_operand_word(const T* w, const ConvTranspose2d
 }
 
 // A chunk's channels as loaded (float, or the 16-bit pattern) -> the 8 words one halo pixel
-// holds in shared memory: float32 rounded to TF32, 16-bit values in pairs (low = even channel);
-// channels past ch_valid and pixels outside the input are zero.
-template <typename T, typename Raw>
+// holds in shared memory: float32 rounded to TF32 (exact when kRound is false: the FFMA mode),
+// 16-bit values in pairs (low = even channel); channels past ch_valid and pixels outside the
+// input are zero.
+template <typename T, typename Raw, bool kRound = true>
 __device__ inline void pack_halo_pixel(const Raw (&v)[chunk_channels<T>()], bool inside, int ch_valid,
                                        uint32_t (&w)[8]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     if constexpr (std::is_same<T, float>::value) {
-      w[i] = inside && i < ch_valid ? to_tf32(v[i]) : 0u;
+      const uint32_t bits = kRound ? to_tf32(v[i]) : __float_as_uint(v[i]);
+      w[i] = inside && i < ch_valid ? bits : 0u;
     } else {
       const uint32_t lo = inside && 2 * i < ch_valid ? v[2 * i] : 0u;
       const uint32_t hi = inside && 2 * i + 1 < ch_valid ? v[2 * i + 1] : 0u;

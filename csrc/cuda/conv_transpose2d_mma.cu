@@ -61,14 +61,18 @@ SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
 
 // MT m16 tiles of output channels per warp, WM warps along the channels (so 16 * MT * WM
 // channels per block) x kPxWarps warps along the pixels.
-template <typename T, int MT, int WM>
-__global__ void __launch_bounds__(128 * WM, 2)
+// kFfma (float32 with TF32 off): the same staging with exact float32 operands and an FFMA
+// micro-tile per thread instead of mma.sync (8 pixels x 8 channels, see compute_ffma).
+// The FFMA micro-tile needs more than 128 registers with the staged halo: one block per SM.
+template <typename T, int MT, int WM, bool kFfma>
+__global__ void __launch_bounds__(128 * WM, kFfma ? 1 : 2)
     conv_mma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                     const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                     ConvEpilogue ep, MmaTiling tl, SmemLayout sl, PhaseTable phases,
                     int64_t n_base, int64_t tiles_per_sample) {
   // blockIdx.z: a group of tl.tn images from n_base
   constexpr bool kF32 = std::is_same<T, float>::value;
+  static_assert(!kFfma || (kF32 && MT == 2 && WM == 2), "the FFMA mode is float32, 64 channels, 8 warps");
   constexpr int kCh = chunk_channels<T>();
   constexpr int kThreads = 128 * WM, kBM16 = MT * WM, kBN = 16 * kBM16;
   constexpr int kPxPerThread = kMaxHalo / kThreads;  // halo pixels each thread stages per chunk
@@ -89,6 +93,8 @@ __global__ void __launch_bounds__(128 * WM, 2)
   const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
   const int tile_px = tl.th * tl.tw;  // per image
 
+  // mma: acc[mt][nt] is the C fragment of m16 tile mt x n8 tile nt; FFMA: acc[i / 4][j][i % 4]
+  // is output channel i x pixel j of the thread's micro-tile (same 128 registers).
   float acc[MT][8][4];
 #pragma unroll
   for (int a = 0; a < MT; ++a)
@@ -149,7 +155,7 @@ __global__ void __launch_bounds__(128 * WM, 2)
         if (dst[k] < 0) continue;
         const bool in = (inside >> k) & 1u;
         uint32_t w[8];
-        pack_halo_pixel<T>(staged[k], in, ch_valid, w);
+        pack_halo_pixel<T, Raw, !kFfma>(staged[k], in, ch_valid, w);
         uint4* d = reinterpret_cast<uint4*>(stage + dst[k] * kHaloPitch);
         d[0] = make_uint4(w[0], w[1], w[2], w[3]);
         d[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -178,11 +184,20 @@ __global__ void __launch_bounds__(128 * WM, 2)
       const int h = img < tl.tn ? img * hpx + r * hcols + c : 0;
       b_off[i] = (h * kHaloPitch + 4 * ((lane / 8) % 2)) * 4;
     }
+    int ffma_off[kFfma ? 8 : 1];
+    if constexpr (kFfma) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int m = warp_n * kWarpPx + lane % 8 + 8 * j;
+        const int img = m / tile_px, r = (m - img * tile_px) / tl.tw, c = m - img * tile_px - r * tl.tw;
+        ffma_off[j] = (img < tl.tn ? img * hpx + r * hcols + c : 0) * kHaloPitch;
+      }
+    }
     // Taps in prepared order (t_h major); the halo shift of tap (t_h, t_w) is
     // ((cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w) pixels, stepped here.
     const int shift_first = ((cnt_h - 1) * step_h * hcols + (cnt_w - 1) * step_w) * kHaloPitch * 4;
     const int shift_w = step_w * kHaloPitch * 4, shift_h = (step_h * hcols - cnt_w * step_w) * kHaloPitch * 4;
-    auto compute = [&](const uint32_t* halo, const uint32_t* wts) {
+    auto compute_mma = [&](const uint32_t* halo, const uint32_t* wts) {
       const uint32_t* wt = wts + warp_m * MT * kFragWords + 4 * lane;
       uint32_t b_addr[4];
 #pragma unroll
@@ -213,6 +228,49 @@ __global__ void __launch_bounds__(128 * WM, 2)
         for (int i = 0; i < 4; ++i) b_addr[i] -= step;
       }
     };
+    // FFMA micro-tile: lane l of warp (warp_m, warp_n) owns pixels warp_n * 64 + l % 8 + 8 j and
+    // output channels warp_m * 32 + (l / 8) * 8 + i (i, j < 8). Per pair of input channels it
+    // reads each pixel's pair (8-byte loads; 8 neighbouring pixels per quarter-warp fall in
+    // distinct banks at the 48-byte pitch) and its 8 channels' weights, broadcast within
+    // quarter-warps from the prepared layout [m16 block][input channel][16 channels].
+    auto compute_ffma = [&](const uint32_t* halo, const uint32_t* wts) {
+      const float* wt = reinterpret_cast<const float*>(wts) + (warp_m * 2 + lane / 16) * kFragWords + 8 * ((lane / 8) % 2);
+      const float* hx = reinterpret_cast<const float*>(halo) + shift_first / 4;
+      int t_w = 0;
+      for (int t = 0; t < taps; ++t) {
+#pragma unroll
+        for (int kp = 0; kp < kCh / 2; ++kp) {
+          float2 xv[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) xv[j] = *reinterpret_cast<const float2*>(hx + ffma_off[j] + 2 * kp);
+          const float4 a0 = *reinterpret_cast<const float4*>(wt + 32 * kp);
+          const float4 a1 = *reinterpret_cast<const float4*>(wt + 32 * kp + 4);
+          const float4 b0 = *reinterpret_cast<const float4*>(wt + 32 * kp + 16);
+          const float4 b1 = *reinterpret_cast<const float4*>(wt + 32 * kp + 20);
+          const float wa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+          const float wb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              float& c = acc[i / 4][j][i % 4];
+              c = fmaf(xv[j].x, wa[i], c);
+              c = fmaf(xv[j].y, wb[i], c);
+            }
+        }
+        wt += kBM16 * kFragWords;
+        const int step = ++t_w == cnt_w ? shift_h + shift_w : shift_w;
+        if (t_w == cnt_w) t_w = 0;
+        hx -= step / 4;
+      }
+    };
+    auto compute = [&](const uint32_t* halo, const uint32_t* wts) {
+      if constexpr (kFfma) {
+        compute_ffma(halo, wts);
+      } else {
+        compute_mma(halo, wts);
+      }
+    };
 
     // Two stages, one barrier per chunk: the halo of chunk c + 1 is loaded into registers while
     // chunk c computes and stored after it; its weights travel by cp.async meanwhile.
@@ -235,15 +293,23 @@ __global__ void __launch_bounds__(128 * WM, 2)
 
   // Accumulators -> Cs[channel][pixel] (the epilogue synchronises before reading it).
   float* Cs = reinterpret_cast<float*>(smem);
-  const int gq = lane / 4, tq = lane % 4;
+  if constexpr (kFfma) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int c = (warp_m * MT + mt) * 16 + gq, m = warp_n * kWarpPx + nt * 8 + 2 * tq;
-      *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-      *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
-    }
+      for (int j = 0; j < 8; ++j)
+        Cs[(warp_m * 32 + (lane / 8) * 8 + i) * sl.c_ld + warp_n * kWarpPx + lane % 8 + 8 * j] = acc[i / 4][j][i % 4];
+  } else {
+    const int gq = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int c = (warp_m * MT + mt) * 16 + gq, m = warp_n * kWarpPx + nt * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+        *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+      }
+  }
   const int tw = tl.tw;
   __shared__ int64_t pix_off[kTilePx];
   conv_epilogue<T, kTilePx, kBN, kThreads>(
@@ -259,7 +325,8 @@ __global__ void __launch_bounds__(128 * WM, 2)
 // weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][chunks][m16 blocks][lane][4]:
 // each 4-word group is the A fragment a lane passes to mma (rows = output channels, columns =
 // the chunk's input channels; float32 rounded to TF32, 16-bit types as pairs), zero padded.
-template <typename T, typename I>
+// The FFMA mode keeps the blocks but lays each out [input channel][16 output channels], exact.
+template <typename T, typename I, bool kFfma>
 __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ wp,
                                           ConvTranspose2dParams p, PhaseTable phases, I n_chunks, I co16,
                                           I total) {
@@ -268,6 +335,7 @@ __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __r
   const I taps = static_cast<I>(p.kH * p.kW);
   for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total; idx += I(gridDim.x) * blockDim.x) {
     const int word = static_cast<int>(idx % 4), lane = static_cast<int>((idx / 4) % 32);
+    const int in_block = static_cast<int>(idx % kFragWords);  // FFMA: input channel * 16 + channel
     I rest = idx / kFragWords;
     const I blk = rest % co16;
     rest /= co16;
@@ -276,13 +344,13 @@ __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __r
     const I tap = rest % taps, grp = rest / taps;
     int kh, kw;
     phase_ordered_tap(phases, static_cast<int>(tap), kh, kw);
-    const int64_t oc = int64_t(blk) * 16 + lane / 4 + 8 * (word % 2);
-    const int64_t k = kF32 ? lane % 4 + 4 * (word / 2) : 2 * (lane % 4) + 8 * (word / 2);
-    wp[idx] = weight_operand_word(w, p, grp, int64_t(chunk) * kCh + k, oc, kh, kw);
+    const int64_t oc = int64_t(blk) * 16 + (kFfma ? in_block % 16 : lane / 4 + 8 * (word % 2));
+    const int64_t k = kFfma ? in_block / 16 : kF32 ? lane % 4 + 4 * (word / 2) : 2 * (lane % 4) + 8 * (word / 2);
+    wp[idx] = weight_operand_word<T, !kFfma>(w, p, grp, int64_t(chunk) * kCh + k, oc, kh, kw);
   }
 }
 
-template <typename T, int MT, int WM>
+template <typename T, int MT, int WM, bool kFfma = false>
 cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* out,
                       const ConvTranspose2dParams& p, const MmaTiling& t, const ConvEpilogue& ep,
                       cudaStream_t stream) {
@@ -291,13 +359,13 @@ cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* 
   if (tiles == 0 || p.N == 0) return cudaSuccess;
   if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
   const SmemLayout sl = smem_layout(p, t);
-  cudaError_t err = cudaFuncSetAttribute(conv_mma_kernel<T, MT, WM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaError_t err = cudaFuncSetAttribute(conv_mma_kernel<T, MT, WM, kFfma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(sl.bytes));
   if (err != cudaSuccess) return err;
   for (int64_t n0 = 0; n0 < p.N; n0 += 65535 * int64_t(t.tn)) {
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
                     static_cast<unsigned>(std::min<int64_t>(65535, ceil_div(p.N - n0, t.tn))));
-    conv_mma_kernel<T, MT, WM><<<grid, 128 * WM, sl.bytes, stream>>>(
+    conv_mma_kernel<T, MT, WM, kFfma><<<grid, 128 * WM, sl.bytes, stream>>>(
         static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
         static_cast<T*>(out), p, ep, t, sl, phase_table(p, t.th, t.tw), n0, tiles);
     err = cudaGetLastError();
@@ -311,6 +379,12 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
                    const ConvTranspose2dParams& p, const MmaTiling& t, const ConvEpilogue& ep,
                    cudaStream_t stream) {
   constexpr bool kF32 = std::is_same<T, float>::value;
+  if (t.ffma) {
+    if constexpr (kF32) {
+      if (t.mt == 2 && t.wm == 2) return launch_mt<T, 2, 2, true>(x, wprep, bias, out, p, t, ep, stream);
+    }
+    return cudaErrorInvalidValue;
+  }
   switch (t.mt * 10 + t.wm) {
     case 11: return launch_mt<T, 1, 1>(x, wprep, bias, out, p, t, ep, stream);
     case 21: return launch_mt<T, 2, 1>(x, wprep, bias, out, p, t, ep, stream);
@@ -333,7 +407,10 @@ int images_per_tile(const ConvTranspose2dParams& p, const MmaTiling& t) {
 }
 
 MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
-  if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
+  // Strict float32 takes the FFMA mode (64-channel blocks only: narrower groups stay on the
+  // generic kernel, whose 32-channel tile wastes less).
+  const bool ffma = dtype == DType::F32 && fp32_math != Fp32Math::TF32;
+  if (dtype == DType::F64 || (ffma && p.C_out_g <= 32)) return {};
   const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
   if (OHmax == 0 || OWmax == 0 || p.C_out_g == 0) return {1, 1, 1, 1};  // nothing to compute
   if (16 * p.H * p.W > 0x7fffffff) return {};  // halo offsets over a chunk's planes are 32-bit
@@ -348,6 +425,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
   const int shapes[3][2] = {{1, 1}, {2, 1}, {dtype == DType::F32 ? 2 : 4, dtype == DType::F32 ? 2 : 1}};
   for (const auto& shape : shapes) {
     const int mt = shape[0], wm = shape[1], m16 = mt * wm;
+    if (ffma && (mt != 2 || wm != 2)) continue;
     if (m16 > 1 && 8 * m16 >= p.C_out_g) continue;  // a smaller block already covers C_out / groups
     const int64_t col_tiles = p.groups * ceil_div(p.C_out_g, 16 * m16);
     int64_t last_tw = -1;
@@ -357,6 +435,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
       last_tw = tw;
       const int64_t th = std::min<int64_t>(kTilePx / tw, OHmax);
       MmaTiling cand{mt, wm, static_cast<int>(th), static_cast<int>(tw)};
+      cand.ffma = ffma;
       if (th == OHmax && tw == OWmax) cand.tn = images_per_tile(p, cand);
       double cost = 0;
       bool fits = true;
@@ -410,9 +489,15 @@ cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dt
     using T = decltype(tag);
     return dispatch_prepare_index(total, [&](auto index) {
       using I = decltype(index);
-      prepare_mma_weight_kernel<T, I><<<prepare_blocks(total), 256, 0, stream>>>(
-          static_cast<const T*>(weight), wp, p, phases, I(n_chunks), I(co16), I(total));
-      return cudaGetLastError();
+      auto run = [&](auto ffma) {
+        prepare_mma_weight_kernel<T, I, decltype(ffma)::value><<<prepare_blocks(total), 256, 0, stream>>>(
+            static_cast<const T*>(weight), wp, p, phases, I(n_chunks), I(co16), I(total));
+        return cudaGetLastError();
+      };
+      if constexpr (std::is_same<T, float>::value) {
+        if (t.ffma) return run(std::true_type{});
+      }
+      return run(std::false_type{});
     });
   });
 }

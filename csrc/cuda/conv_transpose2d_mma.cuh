@@ -20,6 +20,7 @@ struct MmaTiling {
   int th = 0, tw = 0;  // output tile of a phase grid: th rows x tw columns, th * tw <= 256
   int tn = 1;          // images per tile (> 1 only when a tile covers a whole phase grid: small
                        // maps fill the block's 256 pixels from several images)
+  bool ffma = false;   // float32 with TF32 off: exact operands, FFMA micro-tiles (mt 2, wm 2)
 };
 
 MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math);
