@@ -1,5 +1,5 @@
 """Per-kernel CUDA times of one bench workload's myops call (torch.profiler), a tuning aid.
-Usage: python3 scripts/profile_workload.py NAME [float32|bfloat16]"""
+Usage: python3 scripts/profile_workload.py NAME [float32|bfloat16] [strict]  (strict: TF32 off)"""
 import sys
 
 import torch
@@ -10,6 +10,8 @@ from myops.workloads import build
 
 name = sys.argv[1]
 dtype = getattr(torch, sys.argv[2] if len(sys.argv) > 2 else "float32")
+if "strict" in sys.argv[3:]:
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
 case = build(name, "cuda", dtype)
 for _ in range(3):
     case.myops_fn(case.input)

@@ -41,6 +41,24 @@ __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
   }
 }
 
+// N consecutive floats from shared memory (16-byte aligned for N >= 4, 8-byte for N = 2) in
+// the fewest vector loads.
+template <int N>
+__device__ inline void load_floats(const float* src, float (&v)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(src + i);
+      v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
+    }
+  } else if constexpr (N == 2) {
+    const float2 q = *reinterpret_cast<const float2*>(src);
+    v[0] = q.x, v[1] = q.y;
+  } else {
+    v[0] = *src;
+  }
+}
+
 // Shared-memory layout of a launch (words).
 struct SmemLayout {
   int w_stage, t_stage;  // one stage of weights / of the halo
@@ -63,9 +81,8 @@ SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
 // channels per block) x kPxWarps warps along the pixels.
 // kFfma (float32 with TF32 off): the same staging with exact float32 operands and an FFMA
 // micro-tile per thread instead of mma.sync (8 pixels x 8 channels, see compute_ffma).
-// The FFMA micro-tile needs more than 128 registers with the staged halo: one block per SM.
-template <typename T, int MT, int WM, bool kFfma>
-__global__ void __launch_bounds__(128 * WM, kFfma ? 1 : 2)
+template <typename T, int MT, int WM, bool kFfma, int kMinBlocks = 2>
+__global__ void __launch_bounds__(128 * WM, kMinBlocks)
     conv_mma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                     const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                     ConvEpilogue ep, MmaTiling tl, SmemLayout sl, PhaseTable phases,
@@ -229,34 +246,32 @@ __global__ void __launch_bounds__(128 * WM, kFfma ? 1 : 2)
       }
     };
     // FFMA micro-tile: lane l of warp (warp_m, warp_n) owns pixels warp_n * 64 + l % 8 + 8 j and
-    // output channels warp_m * 32 + (l / 8) * 8 + i (i, j < 8). Per pair of input channels it
-    // reads each pixel's pair (8-byte loads; 8 neighbouring pixels per quarter-warp fall in
-    // distinct banks at the 48-byte pitch) and its 8 channels' weights, broadcast within
-    // quarter-warps from the prepared layout [m16 block][input channel][16 channels].
+    // output channels warp_m * 32 + (l / 8) * 8 + i (i, j < 8). Per kG input channels it reads
+    // each pixel's kG values (one 4 / 8 / 16-byte load; 8 neighbouring pixels per quarter-warp
+    // fall in distinct banks at the 48-byte pitch) and its 8 channels' weights, broadcast within
+    // quarter-warps from the prepared layout [m16 block][input channel][16 channels]. kG = 4
+    // needs ~220 registers (one block per SM), kG = 1 fits 128 (two blocks per SM; measured
+    // better than kG = 2 with the halo copied by 4-byte cp.async to free the staging registers).
+    constexpr int kG = kMinBlocks == 2 ? 1 : 4;
     auto compute_ffma = [&](const uint32_t* halo, const uint32_t* wts) {
       const float* wt = reinterpret_cast<const float*>(wts) + (warp_m * 2 + lane / 16) * kFragWords + 8 * ((lane / 8) % 2);
       const float* hx = reinterpret_cast<const float*>(halo) + shift_first / 4;
       int t_w = 0;
       for (int t = 0; t < taps; ++t) {
 #pragma unroll
-        for (int kp = 0; kp < kCh / 2; ++kp) {
-          float2 xv[8];
+        for (int kq = 0; kq < kCh / kG; ++kq) {
+          float xv[8][kG];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) xv[j] = *reinterpret_cast<const float2*>(hx + ffma_off[j] + 2 * kp);
-          const float4 a0 = *reinterpret_cast<const float4*>(wt + 32 * kp);
-          const float4 a1 = *reinterpret_cast<const float4*>(wt + 32 * kp + 4);
-          const float4 b0 = *reinterpret_cast<const float4*>(wt + 32 * kp + 16);
-          const float4 b1 = *reinterpret_cast<const float4*>(wt + 32 * kp + 20);
-          const float wa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-          const float wb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+          for (int j = 0; j < 8; ++j) load_floats<kG>(hx + ffma_off[j] + kG * kq, xv[j]);
 #pragma unroll
-          for (int i = 0; i < 8; ++i)
+          for (int k = 0; k < kG; ++k) {
+            float w[8];
+            load_floats<8>(wt + 16 * (kG * kq + k), w);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              float& c = acc[i / 4][j][i % 4];
-              c = fmaf(xv[j].x, wa[i], c);
-              c = fmaf(xv[j].y, wb[i], c);
-            }
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+              for (int i = 0; i < 8; ++i) acc[i / 4][j][i % 4] = fmaf(xv[j][k], w[i], acc[i / 4][j][i % 4]);
+          }
         }
         wt += kBM16 * kFragWords;
         const int step = ++t_w == cnt_w ? shift_h + shift_w : shift_w;
@@ -350,7 +365,7 @@ __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __r
   }
 }
 
-template <typename T, int MT, int WM, bool kFfma = false>
+template <typename T, int MT, int WM, bool kFfma = false, int kMinBlocks = 2>
 cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* out,
                       const ConvTranspose2dParams& p, const MmaTiling& t, const ConvEpilogue& ep,
                       cudaStream_t stream) {
@@ -359,13 +374,13 @@ cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* 
   if (tiles == 0 || p.N == 0) return cudaSuccess;
   if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
   const SmemLayout sl = smem_layout(p, t);
-  cudaError_t err = cudaFuncSetAttribute(conv_mma_kernel<T, MT, WM, kFfma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaError_t err = cudaFuncSetAttribute(conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(sl.bytes));
   if (err != cudaSuccess) return err;
   for (int64_t n0 = 0; n0 < p.N; n0 += 65535 * int64_t(t.tn)) {
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
                     static_cast<unsigned>(std::min<int64_t>(65535, ceil_div(p.N - n0, t.tn))));
-    conv_mma_kernel<T, MT, WM, kFfma><<<grid, 128 * WM, sl.bytes, stream>>>(
+    conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks><<<grid, 128 * WM, sl.bytes, stream>>>(
         static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
         static_cast<T*>(out), p, ep, t, sl, phase_table(p, t.th, t.tw), n0, tiles);
     err = cudaGetLastError();
@@ -381,7 +396,11 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
   constexpr bool kF32 = std::is_same<T, float>::value;
   if (t.ffma) {
     if constexpr (kF32) {
-      if (t.mt == 2 && t.wm == 2) return launch_mt<T, 2, 2, true>(x, wprep, bias, out, p, t, ep, stream);
+      // two blocks per SM (the 128-register build) where their shared memory fits
+      if (t.mt == 2 && t.wm == 2)
+        return smem_layout(p, t).bytes <= kTwoBlocksSmem
+                   ? launch_mt<T, 2, 2, true, 2>(x, wprep, bias, out, p, t, ep, stream)
+                   : launch_mt<T, 2, 2, true, 1>(x, wprep, bias, out, p, t, ep, stream);
     }
     return cudaErrorInvalidValue;
   }
