@@ -94,7 +94,7 @@ def test_phases_without_taps_get_only_bias():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):
     # MYOPS_DISABLE_MMA=1 routes every call to the generic implicit-GEMM kernel, which otherwise
-    # only runs float64, strict float32 and shapes the mma kernel does not take
+    # only runs float64, narrow strict float32 and shapes the mma kernel does not take
     monkeypatch.setenv("MYOPS_DISABLE_MMA", "1")
     check_random_configs(random.Random(77), 100, random_conv_config, dtype, device)
 

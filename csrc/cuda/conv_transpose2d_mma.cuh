@@ -7,6 +7,8 @@
 //    tile's taps goes to shared memory channels-innermost, so every tap reads its B fragments
 //    with ldmatrix whatever its shift; the weights are prepared once in fragment order (one
 //    16-byte shared load per A fragment) and copied with cp.async; two stages.
+//  - FFMA mode (float32 with TF32 off, 64-channel blocks of 8 warps): the same staging with the
+//    float32 values kept exact, each thread an 8-pixel x 8-channel FFMA micro-tile.
 #include "cuda/launch.cuh"
 
 namespace myops {
