@@ -46,6 +46,15 @@ def ref_fused(x, w, b, stride, padding, output_padding, groups, dilation, approx
     return F.group_norm(F.gelu(y, approximate=approximate), num_groups, f64(gn_w), f64(gn_b), eps)
 
 
+def with_output_padding(rng: random.Random, cfg):
+    """Draws cfg's output_padding (each below max(stride, dilation), as PyTorch requires) and
+    tells whether the output is non-empty."""
+    cfg["output_padding"] = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(cfg["stride"], cfg["dilation"]))
+    oh = (cfg["H"] - 1) * cfg["stride"][0] - 2 * cfg["padding"][0] + cfg["dilation"][0] * (cfg["kH"] - 1) + cfg["output_padding"][0] + 1
+    ow = (cfg["W"] - 1) * cfg["stride"][1] - 2 * cfg["padding"][1] + cfg["dilation"][1] * (cfg["kW"] - 1) + cfg["output_padding"][1] + 1
+    return oh > 0 and ow > 0
+
+
 def random_conv_config(rng: random.Random, max_batch=3):
     """A random valid conv_transpose2d configuration covering every argument."""
     while True:
@@ -57,10 +66,7 @@ def random_conv_config(rng: random.Random, max_batch=3):
             stride=(rng.randint(1, 3), rng.randint(1, 3)), dilation=(rng.randint(1, 3), rng.randint(1, 3)),
             padding=(rng.randint(0, 3), rng.randint(0, 3)), bias=rng.random() < 0.6,
         )
-        cfg["output_padding"] = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(cfg["stride"], cfg["dilation"]))
-        oh = (cfg["H"] - 1) * cfg["stride"][0] - 2 * cfg["padding"][0] + cfg["dilation"][0] * (cfg["kH"] - 1) + cfg["output_padding"][0] + 1
-        ow = (cfg["W"] - 1) * cfg["stride"][1] - 2 * cfg["padding"][1] + cfg["dilation"][1] * (cfg["kW"] - 1) + cfg["output_padding"][1] + 1
-        if oh > 0 and ow > 0:
+        if with_output_padding(rng, cfg):
             return cfg
 
 
@@ -76,10 +82,7 @@ def random_wide_conv_config(rng: random.Random):
             stride=(rng.randint(1, 2), rng.randint(1, 2)), dilation=(rng.randint(1, 2), rng.randint(1, 2)),
             padding=(rng.randint(0, 2), rng.randint(0, 2)), bias=rng.random() < 0.7,
         )
-        cfg["output_padding"] = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(cfg["stride"], cfg["dilation"]))
-        oh = (cfg["H"] - 1) * cfg["stride"][0] - 2 * cfg["padding"][0] + cfg["dilation"][0] * (cfg["kH"] - 1) + cfg["output_padding"][0] + 1
-        ow = (cfg["W"] - 1) * cfg["stride"][1] - 2 * cfg["padding"][1] + cfg["dilation"][1] * (cfg["kW"] - 1) + cfg["output_padding"][1] + 1
-        if oh > 0 and ow > 0:
+        if with_output_padding(rng, cfg):
             return cfg
 
 

@@ -14,6 +14,29 @@ constexpr int kConvThreads = 256;
 // Blocks of 256 threads for a grid-stride weight-preparation kernel over `total` elements.
 inline int prepare_blocks(int64_t total) { return static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096)); }
 
+// Launches a conv kernel kernel(args..., n_base, tiles) on the grid (tiles per image, column
+// tiles, groups of per_z images), in slices of at most 65535 groups along z (the grid limit),
+// n_base being a slice's first image. Empty grids launch nothing; grids beyond the x / y limits
+// are refused. smem > 0: the kernel's dynamic shared memory, set as its attribute first.
+template <typename... Params, typename... Args>
+cudaError_t launch_conv_grid(void (*kernel)(Params...), int threads, size_t smem, cudaStream_t stream,
+                             int64_t tiles, int64_t col_tiles, int64_t N, int64_t per_z, Args... args) {
+  if (tiles == 0 || N == 0) return cudaSuccess;
+  if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
+  if (smem > 0) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
+  for (int64_t n0 = 0; n0 < N; n0 += 65535 * per_z) {
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
+                    static_cast<unsigned>(std::min<int64_t>(65535, (N - n0 + per_z - 1) / per_z)));
+    kernel<<<grid, threads, smem, stream>>>(args..., n0, tiles);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
 // Output rows (or columns) of residue r: oh = r + s * j for j < phase_extent.
 __host__ __device__ inline int64_t phase_extent(int64_t out, int64_t r, int64_t s) {
   return out > r ? (out - r + s - 1) / s : 0;

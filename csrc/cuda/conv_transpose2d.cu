@@ -263,18 +263,9 @@ int64_t generic_tiles_per_sample(const ConvTranspose2dParams& p) {
 template <typename T, bool kTensorCore, int BN>
 cudaError_t launch(const T* x, const T* wt, const T* bias, T* out, const ConvTranspose2dParams& p,
                    const ConvEpilogue& ep, cudaStream_t stream) {
-  const int64_t tiles = generic_tiles_per_sample(p);
   const int64_t col_tiles = p.groups * ((p.C_out_g + BN - 1) / BN);
-  if (tiles == 0 || p.N == 0) return cudaSuccess;
-  if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
-  for (int64_t n0 = 0; n0 < p.N; n0 += 65535) {  // grid.z limit
-    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
-                    static_cast<unsigned>(std::min<int64_t>(65535, p.N - n0)));
-    conv_transpose2d_kernel<T, kTensorCore, BN><<<grid, kThreads, 0, stream>>>(x, wt, bias, out, p, ep, n0, tiles);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  return launch_conv_grid(conv_transpose2d_kernel<T, kTensorCore, BN>, kThreads, 0, stream,
+                          generic_tiles_per_sample(p), col_tiles, p.N, 1, x, wt, bias, out, p, ep);
 }
 
 template <typename T, bool kTensorCore>

@@ -27,8 +27,9 @@ struct ConvEpilogue {
 // tensor-core calls whose input halo and weights fit in shared memory take the mma.sync kernel
 // (conv_transpose2d_mma.cuh), and so do strict float32 calls with more than 32 output channels
 // per group (its FFMA mode: same staging, exact operands); the rest (float64, narrow strict
-// float32, very large kernels) the generic implicit-GEMM kernel. Switches (tests use them to cover every kernel): MYOPS_DISABLE_WGMMA=1,
-// MYOPS_FORCE_WGMMA=1 (wgmma for every call it can run), MYOPS_DISABLE_MMA=1 (generic only).
+// float32, very large kernels) the generic implicit-GEMM kernel. Switches (tests use them to
+// cover every kernel): MYOPS_DISABLE_WGMMA=1, MYOPS_FORCE_WGMMA=1 (wgmma for every call it can
+// run), MYOPS_DISABLE_MMA=1 (generic only).
 enum class ConvEngine { Generic, Mma, Wgmma };
 struct ConvPlan {
   ConvEngine engine = ConvEngine::Generic;

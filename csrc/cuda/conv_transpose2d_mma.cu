@@ -97,6 +97,9 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
   extern __shared__ __align__(16) uint32_t smem[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / kPxWarps, warp_n = warp % kPxWarps;
+  // FFMA micro-tile: pixels ffma_px0 + 8 j and output channels ffma_ch0 + i of the block (i, j < 8);
+  // the 8 lanes of a quarter-warp take neighbouring pixels, the 4 quarter-warps 8 channels each
+  const int ffma_px0 = warp_n * kWarpPx + lane % 8, ffma_ch0 = warp_m * 32 + (lane / 8) * 8;
 
   const int64_t n = n_base + int64_t(blockIdx.z) * tl.tn;
   const int images = static_cast<int>(min(static_cast<int64_t>(tl.tn), p.N - n));  // of this tile
@@ -193,22 +196,19 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
 
     // ldmatrix rows this lane addresses: x4 load i covers n8 tiles 2i, 2i+1; lane l gives row
     // l % 8 of matrix l / 8 = (n8 tile 2i + l / 16, channel half (l / 8) % 2).
+    // Word offset in a halo stage of tile pixel m's unshifted halo pixel (0 past the tile's images).
+    auto halo_word = [&](int m) {
+      const int img = m / tile_px, r = (m - img * tile_px) / tl.tw, c = m - img * tile_px - r * tl.tw;
+      return (img < tl.tn ? img * hpx + r * hcols + c : 0) * kHaloPitch;
+    };
     uint32_t b_off[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int m = warp_n * kWarpPx + 8 * (2 * i + lane / 16) + lane % 8;
-      const int img = m / tile_px, r = (m - img * tile_px) / tl.tw, c = m - img * tile_px - r * tl.tw;
-      const int h = img < tl.tn ? img * hpx + r * hcols + c : 0;
-      b_off[i] = (h * kHaloPitch + 4 * ((lane / 8) % 2)) * 4;
-    }
+    for (int i = 0; i < 4; ++i)
+      b_off[i] = (halo_word(warp_n * kWarpPx + 8 * (2 * i + lane / 16) + lane % 8) + 4 * ((lane / 8) % 2)) * 4;
     int ffma_off[kFfma ? 8 : 1];
     if constexpr (kFfma) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int m = warp_n * kWarpPx + lane % 8 + 8 * j;
-        const int img = m / tile_px, r = (m - img * tile_px) / tl.tw, c = m - img * tile_px - r * tl.tw;
-        ffma_off[j] = (img < tl.tn ? img * hpx + r * hcols + c : 0) * kHaloPitch;
-      }
+      for (int j = 0; j < 8; ++j) ffma_off[j] = halo_word(ffma_px0 + 8 * j);
     }
     // Taps in prepared order (t_h major); the halo shift of tap (t_h, t_w) is
     // ((cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w) pixels, stepped here.
@@ -245,16 +245,15 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
         for (int i = 0; i < 4; ++i) b_addr[i] -= step;
       }
     };
-    // FFMA micro-tile: lane l of warp (warp_m, warp_n) owns pixels warp_n * 64 + l % 8 + 8 j and
-    // output channels warp_m * 32 + (l / 8) * 8 + i (i, j < 8). Per kG input channels it reads
-    // each pixel's kG values (one 4 / 8 / 16-byte load; 8 neighbouring pixels per quarter-warp
+    // FFMA micro-tile (pixels ffma_px0 + 8 j x channels ffma_ch0 + i). Per kG input channels it
+    // reads each pixel's kG values (one 4 / 8 / 16-byte load; 8 neighbouring pixels per quarter-warp
     // fall in distinct banks at the 48-byte pitch) and its 8 channels' weights, broadcast within
     // quarter-warps from the prepared layout [m16 block][input channel][16 channels]. kG = 4
     // needs ~220 registers (one block per SM), kG = 1 fits 128 (two blocks per SM; measured
     // better than kG = 2 with the halo copied by 4-byte cp.async to free the staging registers).
     constexpr int kG = kMinBlocks == 2 ? 1 : 4;
     auto compute_ffma = [&](const uint32_t* halo, const uint32_t* wts) {
-      const float* wt = reinterpret_cast<const float*>(wts) + (warp_m * 2 + lane / 16) * kFragWords + 8 * ((lane / 8) % 2);
+      const float* wt = reinterpret_cast<const float*>(wts) + (ffma_ch0 / 16) * kFragWords + ffma_ch0 % 16;
       const float* hx = reinterpret_cast<const float*>(halo) + shift_first / 4;
       int t_w = 0;
       for (int t = 0; t < taps; ++t) {
@@ -313,7 +312,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     for (int i = 0; i < 8; ++i)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        Cs[(warp_m * 32 + (lane / 8) * 8 + i) * sl.c_ld + warp_n * kWarpPx + lane % 8 + 8 * j] = acc[i / 4][j][i % 4];
+        Cs[(ffma_ch0 + i) * sl.c_ld + ffma_px0 + 8 * j] = acc[i / 4][j][i % 4];
   } else {
     const int gq = lane / 4, tq = lane % 4;
 #pragma unroll
@@ -371,22 +370,11 @@ cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* 
                       cudaStream_t stream) {
   const int64_t tiles = conv_mma_tiles_per_sample(p, t);
   const int64_t col_tiles = p.groups * ((p.C_out_g + 16 * MT * WM - 1) / (16 * MT * WM));
-  if (tiles == 0 || p.N == 0) return cudaSuccess;
-  if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
   const SmemLayout sl = smem_layout(p, t);
-  cudaError_t err = cudaFuncSetAttribute(conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(sl.bytes));
-  if (err != cudaSuccess) return err;
-  for (int64_t n0 = 0; n0 < p.N; n0 += 65535 * int64_t(t.tn)) {
-    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
-                    static_cast<unsigned>(std::min<int64_t>(65535, ceil_div(p.N - n0, t.tn))));
-    conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks><<<grid, 128 * WM, sl.bytes, stream>>>(
-        static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
-        static_cast<T*>(out), p, ep, t, sl, phase_table(p, t.th, t.tw), n0, tiles);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  return launch_conv_grid(conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks>, 128 * WM, sl.bytes, stream, tiles,
+                          col_tiles, p.N, t.tn, static_cast<const T*>(x), static_cast<const uint32_t*>(wprep),
+                          static_cast<const T*>(bias), static_cast<T*>(out), p, ep, t, sl,
+                          phase_table(p, t.th, t.tw));
 }
 
 template <typename T>

@@ -283,22 +283,11 @@ cudaError_t launch_tile(const void* x, const void* wprep, const void* bias, void
                      cudaStream_t stream) {
   const int64_t tiles = conv_wgmma_tiles_per_sample(p, t);
   const int64_t col_tiles = p.groups * ceil_div(p.C_out_g, kBlockCh);
-  if (tiles == 0 || p.N == 0) return cudaSuccess;
-  if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
   const WgSmem sl = wg_smem(p, R, Q, t.stages);
-  cudaError_t err = cudaFuncSetAttribute(conv_wgmma_kernel<T, Q, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(sl.bytes));
-  if (err != cudaSuccess) return err;
-  for (int64_t n0 = 0; n0 < p.N; n0 += 65535) {
-    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(col_tiles),
-                    static_cast<unsigned>(std::min<int64_t>(65535, p.N - n0)));
-    conv_wgmma_kernel<T, Q, R><<<grid, kThreads, sl.bytes, stream>>>(
-        static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
-        static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, R, 8 * Q), n0, tiles);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  return launch_conv_grid(conv_wgmma_kernel<T, Q, R>, kThreads, sl.bytes, stream, tiles, col_tiles, p.N, 1,
+                          static_cast<const T*>(x), static_cast<const uint32_t*>(wprep),
+                          static_cast<const T*>(bias), static_cast<T*>(out), p, ep, sl, t.stages,
+                          phase_table(p, R, 8 * Q));
 }
 
 template <typename T>
