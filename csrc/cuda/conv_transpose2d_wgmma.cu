@@ -105,11 +105,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
   const int n_chunks = taps > 0 ? static_cast<int>((p.C_in_g + kCh - 1) / kCh) : 0;
 
-  if (threadIdx.x < kWarpgroup) {
-    // Producer: per chunk, the halo through registers (NCHW planes -> 16-byte channel groups per
-    // pixel, TF32-rounded) and the phase's weights by one bulk copy.
-    if constexpr (blocks_per_sm(R) == 2) warpgroup_reg_dealloc<kProducerRegs>();
-    if (n_chunks == 0) return;
+  // The epilogue's Cs[channel][pixel] and pixel offsets overlay the pipeline.
+  float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
+  int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
+
+  // Producer: per chunk, the halo through registers (NCHW planes -> 16-byte channel groups per
+  // pixel, TF32-rounded) and the phase's weights by one bulk copy.
+  auto produce = [&](int n_chunks) {
     const int tid = threadIdx.x;
     const int64_t HW = p.H * p.W;
     const uint32_t w_bytes = static_cast<uint32_t>(taps * kTapBytes);
@@ -179,75 +181,110 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
       // flight while the thread waits for the next stage
       if (c + 1 < n_chunks) load_halo(c + 1);
     }
-    return;
-  }
+  };
 
   // Consumer: tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h rows and
-  // (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in.
-  if constexpr (blocks_per_sm(R) == 2) warpgroup_reg_alloc<kConsumerRegs>();
-  const int tid = threadIdx.x - kWarpgroup;
-  float acc[Q][4 * R];
+  // (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in. Ends with the
+  // accumulators in Cs.
+  auto consume = [&](int n_chunks) {
+    const int tid = threadIdx.x - kWarpgroup;
+    float acc[Q][4 * R];
 #pragma unroll
-  for (int q = 0; q < Q; ++q)
+    for (int q = 0; q < Q; ++q)
 #pragma unroll
-    for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
-  // Strips wholly right of the phase grid (its last tile column) issue no MMAs. The full tile's
-  // loop is kept free of that test (H100: with a per-MMA test L2_19's conv took 3.96 ms, without 3.79).
-  const int q_used = min(Q, (ph.OWp - i0 + 7) / 8);
-  auto chunk_mmas = [&](uint64_t a_desc, uint64_t b_desc, auto all_strips) {
-    int tap = 0;
-    for (int t_h = 0; t_h < cnt_h; ++t_h)
-      for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
-        const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
+      for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
+    // Strips wholly right of the phase grid (its last tile column) issue no MMAs. The full tile's
+    // loop is kept free of that test (H100: with a per-MMA test L2_19's conv took 3.96 ms, without 3.79).
+    const int q_used = min(Q, (ph.OWp - i0 + 7) / 8);
+    auto chunk_mmas = [&](uint64_t a_desc, uint64_t b_desc, auto all_strips) {
+      int tap = 0;
+      for (int t_h = 0; t_h < cnt_h; ++t_h)
+        for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
+          const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
 #pragma unroll
-        for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
-          if (decltype(all_strips)::value || q < q_used)
-            wgmma_strip<T, R>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
+          for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
+            if (decltype(all_strips)::value || q < q_used)
+              wgmma_strip<T, R>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
+        }
+    };
+    for (int c = 0; c < n_chunks; ++c) {
+      const int s = c % stages;
+      mbar_wait(full(s), (c / stages) & 1);
+      const uint64_t a_desc = wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128);
+      const uint64_t b_desc = wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16);
+      wgmma_fence();
+      if (q_used == Q) {
+        chunk_mmas(a_desc, b_desc, std::true_type{});
+      } else {
+        chunk_mmas(a_desc, b_desc, std::false_type{});
       }
-  };
-  for (int c = 0; c < n_chunks; ++c) {
-    const int s = c % stages;
-    mbar_wait(full(s), (c / stages) & 1);
-    const uint64_t a_desc = wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128);
-    const uint64_t b_desc = wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16);
-    wgmma_fence();
-    if (q_used == Q) {
-      chunk_mmas(a_desc, b_desc, std::true_type{});
-    } else {
-      chunk_mmas(a_desc, b_desc, std::false_type{});
+      wgmma_commit();
+      wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
+      if (c > 0) mbar_arrive(empty((c - 1) % stages));
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
-    if (c > 0) mbar_arrive(empty((c - 1) % stages));
-  }
-  wgmma_wait<0>();
-  const NamedBarrier consumers{1, kWarpgroup};
-  consumers();  // the epilogue's Cs overlays stages the other warps' MMAs read
+    wgmma_wait<0>();
+    const NamedBarrier consumers{1, kWarpgroup};
+    consumers();  // the epilogue's Cs overlays stages the other warps' MMAs read
 
-  // Accumulators -> Cs[channel][pixel]: warp w holds channels 16w + lane / 4 (+ 8); register
-  // 4j + e of strip q is pixel q * 8R + 8j + 2 * (lane % 4) + e % 2 (tile row j of the strip).
-  float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
-  int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
-  const int warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
+    // Accumulators -> Cs[channel][pixel]: warp w holds channels 16w + lane / 4 (+ 8); register
+    // 4j + e of strip q is pixel q * 8R + 8j + 2 * (lane % 4) + e % 2 (tile row j of the strip).
+    const int warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
 #pragma unroll
-  for (int q = 0; q < Q; ++q)
+    for (int q = 0; q < Q; ++q)
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-      const int c = 16 * warp + gq, m = q * kStrip + 8 * j + 2 * tq;
-      *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[q][4 * j], acc[q][4 * j + 1]);
-      *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[q][4 * j + 2], acc[q][4 * j + 3]);
+      for (int j = 0; j < R; ++j) {
+        const int c = 16 * warp + gq, m = q * kStrip + 8 * j + 2 * tq;
+        *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[q][4 * j], acc[q][4 * j + 1]);
+        *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[q][4 * j + 2], acc[q][4 * j + 3]);
+      }
+    if constexpr (kBM > Q * kStrip) {  // padding pixels: defined values
+      constexpr int kPad = kBM - Q * kStrip;
+      for (int i = tid; i < kBlockCh * kPad; i += kWarpgroup) Cs[(i / kPad) * sl.c_ld + Q * kStrip + i % kPad] = 0.f;
     }
-  if constexpr (kBM > Q * kStrip) {  // padding pixels: defined values
-    constexpr int kPad = kBM - Q * kStrip;
-    for (int i = tid; i < kBlockCh * kPad; i += kWarpgroup) Cs[(i / kPad) * sl.c_ld + Q * kStrip + i % kPad] = 0.f;
+  };
+
+  // The epilogue over `threads` threads with thread index `t` (Sync: a barrier over them).
+  auto epilogue = [&](auto threads, int t, auto sync) {
+    conv_epilogue<T, kBM, kBlockCh, decltype(threads)::value>(
+        Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM,
+        EpilogueThreads<decltype(sync)>{t, pix_off, sync}, [&](int m) -> int64_t {
+          const int q = m / kStrip, r = (m % kStrip) / 8, c = 8 * q + m % 8;
+          if (q >= Q || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
+          return (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw + p.sW * int64_t(i0 + c);
+        });
+  };
+  // With GELU or GroupNorm partials the epilogue is latency-bound: both warpgroups run it (H100:
+  // L2_11's conv 12% faster). Plain stores stay on the consumer (with the producer joining, L1_57
+  // measured 3% slower). To join, the warpgroups first return to the launch's register count,
+  // the producer only once the consumer has released its registers (a setmaxnreg.inc that waits
+  // for registers spins, taking issue slots from the other block's MMAs).
+  const bool join = ep.gelu || ep.tile_stats != nullptr;
+  constexpr bool kRealloc = blocks_per_sm(R) == 2;
+  constexpr int kLaunchRegs = 65536 / (kThreads * blocks_per_sm(R));
+  const NamedBarrier handover{2, kThreads};  // the consumer has freed its extra registers
+  if (threadIdx.x < kWarpgroup) {
+    if constexpr (kRealloc) warpgroup_reg_dealloc<kProducerRegs>();
+    if (n_chunks > 0) produce(n_chunks);
+    if (!join) return;
+    if constexpr (kRealloc) {
+      handover();
+      warpgroup_reg_alloc<kLaunchRegs>();
+    }
+  } else {
+    if constexpr (kRealloc) warpgroup_reg_alloc<kConsumerRegs>();
+    consume(n_chunks);
+    if (!join) {
+      epilogue(std::integral_constant<int, kWarpgroup>{}, static_cast<int>(threadIdx.x) - kWarpgroup,
+               NamedBarrier{1, kWarpgroup});
+      return;
+    }
+    if constexpr (kRealloc) {
+      warpgroup_reg_dealloc<kLaunchRegs>();
+      handover.arrive();
+    }
   }
-  conv_epilogue<T, kBM, kBlockCh, kWarpgroup>(
-      Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM,
-      EpilogueThreads<NamedBarrier>{tid, pix_off, consumers}, [&](int m) -> int64_t {
-        const int q = m / kStrip, r = (m % kStrip) / 8, c = 8 * q + m % 8;
-        if (q >= Q || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
-        return (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw + p.sW * int64_t(i0 + c);
-      });
+  __syncthreads();  // Cs holds the tile
+  epilogue(std::integral_constant<int, kThreads>{}, static_cast<int>(threadIdx.x), BlockSync{});
 }
 
 // weight [C_in][C_out_g][kH][kW] -> [groups][64-channel blocks][chunks][phase-ordered taps]

@@ -74,6 +74,10 @@ struct NamedBarrier {
   __device__ void operator()() const {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
   }
+  // Signals arrival without waiting (the waiting side calls operator()).
+  __device__ void arrive() const {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  }
 };
 
 }  // namespace cuda
