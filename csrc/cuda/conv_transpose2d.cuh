@@ -22,7 +22,7 @@ struct ConvEpilogue {
 
 // Which kernel runs a call and what it needs: on sm_90, calls with more than 32 output channels
 // per group whose 16 (or 17) x 16 tiles the phase grids mostly fill (and, in float32, with 8 or
-// more taps per phase; with 17-row tiles, 8 or more input-channel chunks) take the
+// more taps per phase; with 17-row tiles, 4 or more input-channel chunks) take the
 // warp-specialised wgmma kernel (conv_transpose2d_wgmma.cuh); other
 // tensor-core calls whose input halo and weights fit in shared memory take the mma.sync kernel
 // (conv_transpose2d_mma.cuh), and so do strict float32 calls with more than 32 output channels

@@ -384,9 +384,10 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // the channels
   if (!force && dtype == DType::F32 && f.most_taps < 8) return {};
   // A block alone on its SM (17-row strips) overlaps neither its pipeline fill nor its epilogue
-  // with other work: it needs enough chunks per tile (H100, L2_11's 64 input channels: float32, 8
-  // chunks, beat the mma.sync kernel by 5%; bfloat16, 4 chunks, lost by 8% in the fused op)
-  if (!force && blocks_per_sm(rows) == 1 && ceil_div(p.C_in_g, chunk_channels(dtype)) < 8) return {};
+  // with other work: it needs enough chunks per tile (H100, L2_11's 64 input channels in the fused
+  // op, since both warpgroups run a heavy epilogue: bfloat16, 4 chunks, 1.24-1.25 ms against the
+  // mma.sync kernel's 1.38-1.53; before that change, 4 chunks lost by 8% and 8 won by 5%)
+  if (!force && blocks_per_sm(rows) == 1 && ceil_div(p.C_in_g, chunk_channels(dtype)) < 4) return {};
   // Two blocks per SM (one's epilogue runs under the other's MMAs) with the deepest pipeline
   // that fits, else one block with up to kMaxStages.
   for (const size_t budget : {kTwoBlocksSmem, kMaxSmem})
