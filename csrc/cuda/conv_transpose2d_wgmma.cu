@@ -105,13 +105,14 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
   const int n_chunks = taps > 0 ? static_cast<int>((p.C_in_g + kCh - 1) / kCh) : 0;
 
+  const NamedBarrier consumers{1, kWarpgroup};
   // The epilogue's Cs[channel][pixel] and pixel offsets overlay the pipeline.
   float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
   int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
 
   // Producer: per chunk, the halo through registers (NCHW planes -> 16-byte channel groups per
   // pixel, TF32-rounded) and the phase's weights by one bulk copy.
-  auto produce = [&](int n_chunks) {
+  auto produce = [&]() {
     const int tid = threadIdx.x;
     const int64_t HW = p.H * p.W;
     const uint32_t w_bytes = static_cast<uint32_t>(taps * kTapBytes);
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   // Consumer: tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h rows and
   // (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in. Ends with the
   // accumulators in Cs.
-  auto consume = [&](int n_chunks) {
+  auto consume = [&]() {
     const int tid = threadIdx.x - kWarpgroup;
     float acc[Q][4 * R];
 #pragma unroll
@@ -223,7 +224,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
       if (c > 0) mbar_arrive(empty((c - 1) % stages));
     }
     wgmma_wait<0>();
-    const NamedBarrier consumers{1, kWarpgroup};
     consumers();  // the epilogue's Cs overlays stages the other warps' MMAs read
 
     // Accumulators -> Cs[channel][pixel]: warp w holds channels 16w + lane / 4 (+ 8); register
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   const NamedBarrier handover{2, kThreads};  // the consumer has freed its extra registers
   if (threadIdx.x < kWarpgroup) {
     if constexpr (kRealloc) warpgroup_reg_dealloc<kProducerRegs>();
-    if (n_chunks > 0) produce(n_chunks);
+    if (n_chunks > 0) produce();
     if (!join) return;
     if constexpr (kRealloc) {
       handover();
@@ -272,10 +272,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
     }
   } else {
     if constexpr (kRealloc) warpgroup_reg_alloc<kConsumerRegs>();
-    consume(n_chunks);
+    consume();
     if (!join) {
-      epilogue(std::integral_constant<int, kWarpgroup>{}, static_cast<int>(threadIdx.x) - kWarpgroup,
-               NamedBarrier{1, kWarpgroup});
+      epilogue(std::integral_constant<int, kWarpgroup>{}, static_cast<int>(threadIdx.x) - kWarpgroup, consumers);
       return;
     }
     if constexpr (kRealloc) {
