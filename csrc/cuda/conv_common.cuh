@@ -71,6 +71,18 @@ __host__ __device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t 
   return {0, 1, 0, 0, 0};
 }
 
+// One tile's GroupNorm / BatchNorm partials (count, mean, M2) of output channel oc of image n,
+// in the layout ConvEpilogue::tile_stats documents.
+template <typename acc_t>
+__device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTranspose2dParams& p, int64_t n,
+                                        int64_t oc, int64_t tile_index, int64_t tiles_per_sample, acc_t count,
+                                        acc_t mean, acc_t m2) {
+  acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + tile_index) * 3;
+  st[0] = count;
+  st[1] = mean;
+  st[2] = m2;
+}
+
 // Cs[c * ldc + m] holds a tile's accumulators (channel c < BN, pixel m < BM);
 // pixel_offset(m) is where pixel m lands relative to channel 0 of image n's output
 // (oh * OW + ow, plus i * C_out * OH * OW for the tile's i-th image), or -1 if it lies outside
@@ -158,11 +170,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
           acc_t m2 = 0;
           for (int m = 0; m < image_px; ++m)
             if (o[m] >= 0) m2 += (v[m] - mean) * (v[m] - mean);
-          acc_t* st = static_cast<acc_t*>(ep.tile_stats) +
-                      (((n + lane) * p.C_out + oc) * tiles_per_sample + tile_index) * 3;
-          st[0] = cnt;
-          st[1] = mean;
-          st[2] = m2;
+          write_tile_stats(ep, p, n + lane, oc, tile_index, tiles_per_sample, cnt, mean, m2);
         }
         continue;
       }
@@ -180,12 +188,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
       }
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
-      if (lane == 0) {
-        acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + tile_index) * 3;
-        st[0] = count;
-        st[1] = mean;
-        st[2] = m2;
-      }
+      if (lane == 0) write_tile_stats(ep, p, n, oc, tile_index, tiles_per_sample, count, mean, m2);
     }
   };
   if (ep.gelu) {

@@ -8,6 +8,7 @@
 #include "cuda/conv_tile_geometry.cuh"
 #include "cuda/conv_transpose2d_wgmma.cuh"
 #include "cuda/hopper_pipeline.cuh"
+#include "cuda/wgmma_epilogue.cuh"
 #include "cuda/wgmma_ops.cuh"
 
 namespace myops {
@@ -15,12 +16,22 @@ namespace cuda {
 namespace {
 
 constexpr int kWarpgroup = 128;
-constexpr int kThreads = 2 * kWarpgroup;  // warpgroup 0 stages chunks, warpgroup 1 issues the MMAs
-// 16-row strips: registers per thread after reallocation sum to 2 x 128, so two blocks fit an SM
-// (the consumer's 64 x 128q-pixel accumulators need 64q registers). 17-row strips' 68q
-// accumulators do not fit 160 registers: one block per SM, no reallocation.
+// Two kernels share the producer and the MMAs:
+//  - conv_wgmma_kernel: one tile per block, warpgroup 0 stages chunks, warpgroup 1 issues the
+//    MMAs. 16-row strips: registers per thread after reallocation sum to 2 x 128, so two blocks
+//    fit an SM and one's epilogue runs under the other's MMAs (the consumer's 64 x 128q-pixel
+//    accumulators need 64q registers).
+//  - conv_wgmma_pingpong_kernel (17-row strips, whose 68q accumulators do not fit 160
+//    registers: one block per SM): persistent, one producer and two consumer warpgroups taking
+//    the block's tiles in turn, so that one's epilogue runs under the other's MMAs in the block.
+constexpr int kThreads = 2 * kWarpgroup;
 constexpr int kProducerRegs = 96, kConsumerRegs = 160;
 constexpr int blocks_per_sm(int rows) { return rows == 16 ? 2 : 1; }
+constexpr int kPingPongThreads = 3 * kWarpgroup;
+// launch 168 each; setmaxnreg.inc only gets what the block's setmaxnreg.dec released, so the
+// producer gives up exactly what the consumers take (or they would wait forever)
+constexpr int kPingPongProducerRegs = 104, kPingPongConsumerRegs = 200;
+static_assert(168 - kPingPongProducerRegs == 2 * (kPingPongConsumerRegs - 168), "register reallocation must balance");
 constexpr int kBlockCh = 64;      // output channels per block: the MMA's M
 // A strip is R rows x 8 columns of pixels, the MMA's N = 8R (R = 16, or 17 for maps of 2 x 17
 // rows); a tile is Q strips side by side. The epilogue's pixel count is padded to whole warps.
@@ -29,7 +40,8 @@ constexpr int kMaxHalo = 512;     // halo pixels per tile (4 per producer thread
 constexpr int kPxPerThread = kMaxHalo / kWarpgroup;
 constexpr int kTapBytes = 2 * kBlockCh * 16;  // A of one tap and chunk: 2 K-planes x 64 rows x 16 B
 constexpr int kMaxStages = 4;
-constexpr int kBarrierBytes = 128;  // full[kMaxStages] and empty[kMaxStages] mbarriers, padded
+// full[kMaxStages], empty[kMaxStages] and (ping-pong) turn[2] mbarriers, padded
+constexpr int kBarrierBytes = 128;
 constexpr size_t kMaxSmem = 227 * 1024;
 constexpr size_t kTwoBlocksSmem = 113 * 1024;
 
@@ -69,6 +81,67 @@ __device__ inline void wgmma_strip(float (&d)[4 * R], uint64_t a, uint64_t b) {
   }
 }
 
+// The producer's halo for one tile: its pixels (kPxPerThread per thread of the warpgroup) are
+// read per chunk of input channels from the NCHW planes into registers, then stored as two
+// K-planes of 16-byte pixels (TF32-rounded). Offsets in a channel plane are 32-bit (the host
+// checks 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
+// The producer is warpgroup 0: thread threadIdx.x stages halo pixels threadIdx.x + 128 k.
+template <typename T>
+struct HaloStager {
+  using Raw = typename std::conditional<std::is_same<T, float>::value, float, unsigned short>::type;
+  static constexpr int kCh = chunk_channels<T>();
+  const Raw* x_image;
+  int HW, C_in_g, src[kPxPerThread], ch_valid = 0;
+  unsigned inside = 0, present = 0;
+  Raw staged[kPxPerThread][kCh];
+
+  __device__ HaloStager(const T* x, const ConvTranspose2dParams& p, const PhaseEntry& ph, const TileOrigin& origin,
+                        int64_t n, int64_t g)
+      : x_image(reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * p.H * p.W),
+        HW(static_cast<int>(p.H * p.W)), C_in_g(static_cast<int>(p.C_in_g)) {
+    const int64_t row0 = origin.j0 + ph.off0_h - (ph.count_h - 1) * ph.off_step_h;
+    const int64_t col0 = origin.i0 + ph.off0_w - (ph.count_w - 1) * ph.off_step_w;
+    const int hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
+#pragma unroll
+    for (int k = 0; k < kPxPerThread; ++k) {
+      const int h = threadIdx.x + k * kWarpgroup;
+      src[k] = 0;
+      if (h < hpx) {
+        present |= 1u << k;
+        const int hr = h / hcols, hc = h - hr * hcols;
+        const int64_t ih = row0 + hr, iw = col0 + hc;
+        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
+          src[k] = static_cast<int>(ih * p.W + iw);
+          inside |= 1u << k;
+        }
+      }
+    }
+  }
+  __device__ void load(int chunk) {
+    ch_valid = min(kCh, C_in_g - chunk * kCh);
+    const Raw* first = x_image + int64_t(chunk) * kCh * HW;
+#pragma unroll
+    for (int c = 0; c < kCh; ++c) {
+      const int plane = min(c, ch_valid - 1) * HW;
+#pragma unroll
+      for (int k = 0; k < kPxPerThread; ++k)
+        if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
+    }
+  }
+  // dst: the stage's halo; its second K-plane halo_plane bytes further
+  __device__ void store(uint8_t* dst, int halo_plane) const {
+#pragma unroll
+    for (int k = 0; k < kPxPerThread; ++k) {
+      if (!((present >> k) & 1u)) continue;
+      uint32_t w[8];
+      pack_halo_pixel<T>(staged[k], (inside >> k) & 1u, ch_valid, w);
+      const int h = threadIdx.x + k * kWarpgroup;
+      *reinterpret_cast<uint4*>(dst + h * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(dst + halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+  }
+};
+
 // Stage s holds chunk c = s + k * stages in its k-th round. full[s] completes when the producer
 // warpgroup has stored the chunk's halo (128 arrivals) and the chunk's weights have landed (bulk
 // copy bytes); empty[s] when the consumer's MMAs that read it have finished (128 arrivals).
@@ -78,10 +151,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                       ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t n_base,
                       int64_t tiles_per_sample) {
-  constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
   constexpr int kTW = 8 * Q, kStrip = 8 * R, kBM = epilogue_pixels(R, Q);
-  using Raw = typename std::conditional<kF32, float, unsigned short>::type;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t bars = smem_addr(smem), pipe = bars + kBarrierBytes;
   auto full = [&](int s) { return bars + 8 * s; };
@@ -102,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   const PhaseEntry& ph = phases.e[origin.phase];
   const int j0 = origin.j0, i0 = origin.i0;
   const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
-  const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
+  const int taps = cnt_h * cnt_w, hcols = ph.hcols;
   const int n_chunks = taps > 0 ? static_cast<int>((p.C_in_g + kCh - 1) / kCh) : 0;
 
   const NamedBarrier consumers{1, kWarpgroup};
@@ -114,60 +185,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   // pixel, TF32-rounded) and the phase's weights by one bulk copy.
   auto produce = [&]() {
     const int tid = threadIdx.x;
-    const int64_t HW = p.H * p.W;
     const uint32_t w_bytes = static_cast<uint32_t>(taps * kTapBytes);
     // prepared weights: [group][64-channel block][chunk][phase-ordered tap][one tap's A operand]
     const int64_t w_chunk_words = p.kH * p.kW * (kTapBytes / 4);
     const uint32_t* w_block = wprep + (g * col_tiles + ct) * n_chunks * w_chunk_words + ph.tap_base * (kTapBytes / 4);
-    const Raw* x_image = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
-
-    // Halo pixels this thread stages (offsets in a channel plane are 32-bit: the host checks
-    // 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
-    const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
-    const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
-    int src[kPxPerThread];
-    unsigned inside = 0, present = 0;
-#pragma unroll
-    for (int k = 0; k < kPxPerThread; ++k) {
-      const int h = tid + k * kWarpgroup;
-      src[k] = 0;
-      if (h < hpx) {
-        present |= 1u << k;
-        const int hr = h / hcols, hc = h - hr * hcols;
-        const int64_t ih = row0 + hr, iw = col0 + hc;
-        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
-          src[k] = static_cast<int>(ih * p.W + iw);
-          inside |= 1u << k;
-        }
-      }
-    }
-    Raw staged[kPxPerThread][kCh];
-    int ch_valid = 0;
-    auto load_halo = [&](int chunk) {
-      ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - int64_t(chunk) * kCh));
-      const Raw* first = x_image + int64_t(chunk) * kCh * HW;
-#pragma unroll
-      for (int c = 0; c < kCh; ++c) {
-        const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
-#pragma unroll
-        for (int k = 0; k < kPxPerThread; ++k)
-          if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
-      }
-    };
-    auto store_halo = [&](uint8_t* dst) {
-#pragma unroll
-      for (int k = 0; k < kPxPerThread; ++k) {
-        if (!((present >> k) & 1u)) continue;
-        const bool in = (inside >> k) & 1u;
-        uint32_t w[8];
-        pack_halo_pixel<T>(staged[k], in, ch_valid, w);
-        const int h = tid + k * kWarpgroup;
-        *reinterpret_cast<uint4*>(dst + h * 16) = make_uint4(w[0], w[1], w[2], w[3]);
-        *reinterpret_cast<uint4*>(dst + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
-      }
-    };
+    HaloStager<T> halo(x, p, ph, origin, n, g);
     // One chunk of loads in flight per thread (two measured 4% slower on the seed layers).
-    load_halo(0);
+    halo.load(0);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = c % stages, round = c / stages;
       if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
@@ -175,12 +199,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
         mbar_expect_tx(full(s), w_bytes);
         bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_block + c * w_chunk_words, w_bytes, full(s));
       }
-      store_halo(smem + kBarrierBytes + stage(s));
+      halo.store(smem + kBarrierBytes + stage(s), sl.halo_plane);
       fence_proxy_async_shared();
       mbar_arrive(full(s));
       // issued after the fence (which may wait for this thread's outstanding accesses): in
       // flight while the thread waits for the next stage
-      if (c + 1 < n_chunks) load_halo(c + 1);
+      if (c + 1 < n_chunks) halo.load(c + 1);
     }
   };
 
@@ -286,6 +310,162 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   epilogue(std::integral_constant<int, kThreads>{}, static_cast<int>(threadIdx.x), BlockSync{});
 }
 
+// Where tile t of the persistent walk lies: tiles of one image and 64-channel block are
+// consecutive (tile x of the phase grids, then channel block y of all groups, then image n).
+struct WgTile {
+  int64_t n, g, ct;
+  int x;
+};
+__device__ inline WgTile wg_tile(int64_t t, int64_t tiles_per_sample, int64_t col_blocks, int64_t col_tiles) {
+  const int64_t y = (t / tiles_per_sample) % col_blocks;
+  return {t / (tiles_per_sample * col_blocks), y / col_tiles, y % col_tiles, static_cast<int>(t % tiles_per_sample)};
+}
+
+// The pipeline is one sequence of chunks over the block's tiles: chunk i sits in stage
+// i % stages in round i / stages. full[s] completes when the producer warpgroup has stored the
+// chunk's halo (128 arrivals) and the chunk's weights have landed (bulk copy bytes); empty[s]
+// when the consumer's MMAs that read it have finished (128 arrivals). Consumers wait for their
+// chunks in sequence order (turn[]: a consumer starts a tile's MMAs once the other has issued its
+// previous tile's), so no one waits on a stage two rounds ahead, which parity could not tell.
+template <typename T, int Q, int R, int C = 2>
+__global__ void __launch_bounds__(kPingPongThreads, 1)
+    conv_wgmma_pingpong_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
+                      const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
+                      ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t total_tiles,
+                      int64_t tiles_per_sample) {
+  constexpr int kCh = chunk_channels<T>();
+  constexpr int kTW = 8 * Q;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t bars = smem_addr(smem), pipe = bars + kBarrierBytes;
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 8 * (kMaxStages + s); };
+  auto turn = [&](int c) { return bars + 8 * (2 * kMaxStages + c); };
+  auto stage = [&](int s) { return static_cast<uint32_t>(s * sl.stage_bytes); };  // from pipe
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(full(s), kWarpgroup);
+      mbar_init(empty(s), kWarpgroup);
+    }
+    for (int c = 0; c < 2; ++c) mbar_init(turn(c), kWarpgroup);
+  }
+  __syncthreads();
+
+  const int64_t col_tiles = (p.C_out_g + kBlockCh - 1) / kBlockCh, col_blocks = p.groups * col_tiles;
+  const int n_chunks_full = static_cast<int>((p.C_in_g + kCh - 1) / kCh);  // of a tile with taps
+  auto tile_chunks = [&](const PhaseEntry& ph) { return ph.count_h * ph.count_w > 0 ? n_chunks_full : 0; };
+
+  // Producer: per chunk, the halo through registers (NCHW planes -> 16-byte channel groups per
+  // pixel, TF32-rounded) and the phase's weights by one bulk copy.
+  auto produce = [&]() {
+    const int tid = threadIdx.x;
+    const int64_t w_chunk_words = p.kH * p.kW * (kTapBytes / 4);
+    int chunk_seq = 0;  // the pipeline position
+    for (int64_t t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+      const WgTile tl = wg_tile(t, tiles_per_sample, col_blocks, col_tiles);
+      const TileOrigin origin = locate_tile(phases, tl.x, R, kTW);
+      const PhaseEntry& ph = phases.e[origin.phase];
+      const int n_chunks = tile_chunks(ph);
+      if (n_chunks == 0) continue;
+      const uint32_t w_bytes = static_cast<uint32_t>(ph.count_h * ph.count_w * kTapBytes);
+      // prepared weights: [group][64-channel block][chunk][phase-ordered tap][one tap's A operand]
+      const uint32_t* w_tap0 = wprep + (tl.g * col_tiles + tl.ct) * n_chunks * w_chunk_words + ph.tap_base * (kTapBytes / 4);
+      HaloStager<T> halo(x, p, ph, origin, tl.n, tl.g);
+      // One chunk of loads in flight per thread (two measured 4% slower on the seed layers).
+      halo.load(0);
+      for (int c = 0; c < n_chunks; ++c, ++chunk_seq) {
+        const int s = chunk_seq % stages, round = chunk_seq / stages;
+        if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
+        if (tid == 0) {
+          mbar_expect_tx(full(s), w_bytes);
+          bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_tap0 + c * w_chunk_words, w_bytes, full(s));
+        }
+        halo.store(smem + kBarrierBytes + stage(s), sl.halo_plane);
+        fence_proxy_async_shared();
+        mbar_arrive(full(s));
+        // issued after the fence (which may wait for this thread's outstanding accesses): in
+        // flight while the thread waits for the next stage
+        if (c + 1 < n_chunks) halo.load(c + 1);
+      }
+    }
+  };
+
+  // Consumer `me`: tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h rows and
+  // (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in. Then the epilogue, from
+  // the accumulators.
+  auto consume = [&](int me) {
+    const int tid = threadIdx.x % kWarpgroup;
+    int chunk_seq = 0, turns = 0;
+    int64_t k = 0;
+    for (int64_t t = blockIdx.x; t < total_tiles; t += gridDim.x, ++k) {
+      const WgTile tl = wg_tile(t, tiles_per_sample, col_blocks, col_tiles);
+      const TileOrigin origin = locate_tile(phases, tl.x, R, kTW);
+      const PhaseEntry& ph = phases.e[origin.phase];
+      const int n_chunks = tile_chunks(ph);
+      if (k % C != me) {
+        chunk_seq += n_chunks;
+        continue;
+      }
+      if (C > 1 && k > 0) mbar_wait(turn(me), turns++ & 1);  // the other consumer's previous tile
+      const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
+      const int hcols = ph.hcols;
+      float acc[Q][4 * R];
+#pragma unroll
+      for (int q = 0; q < Q; ++q)
+#pragma unroll
+        for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
+#pragma unroll
+      for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
+      // Strips wholly right of the phase grid (its last tile column) issue no MMAs. The full
+      // tile's loop is kept free of that test (H100: with a per-MMA test L2_19's conv took 3.96
+      // ms, without 3.79).
+      const int q_used = min(Q, (ph.OWp - origin.i0 + 7) / 8);
+      auto chunk_mmas = [&](uint64_t a_desc, uint64_t b_desc, auto all_strips) {
+        int tap = 0;
+        for (int t_h = 0; t_h < cnt_h; ++t_h)
+          for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
+            const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
+#pragma unroll
+            for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
+              if (decltype(all_strips)::value || q < q_used)
+                wgmma_strip<T, R>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
+          }
+      };
+      for (int c = 0; c < n_chunks; ++c) {
+        const int s = (chunk_seq + c) % stages;
+        mbar_wait(full(s), ((chunk_seq + c) / stages) & 1);
+        const uint64_t a_desc = wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128);
+        const uint64_t b_desc = wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16);
+        wgmma_fence();
+        if (q_used == Q) {
+          chunk_mmas(a_desc, b_desc, std::true_type{});
+        } else {
+          chunk_mmas(a_desc, b_desc, std::false_type{});
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
+        if (c > 0) mbar_arrive(empty((chunk_seq + c - 1) % stages));
+      }
+      if (C > 1) mbar_arrive(turn(1 - me));  // this tile's waits are done: the other's turn
+      wgmma_wait<0>();
+#pragma unroll
+      for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
+      if (n_chunks > 0) mbar_arrive(empty((chunk_seq + n_chunks - 1) % stages));
+      chunk_seq += n_chunks;
+      wgmma_epilogue<T, Q, R>(acc, tid, bias, out, p, ep, ph, origin.j0, origin.i0, tl.n, tl.g, tl.ct * kBlockCh,
+                              tl.x, tiles_per_sample);
+    }
+  };
+
+  const int wg = threadIdx.x / kWarpgroup;
+  if (wg == 0) {
+    warpgroup_reg_dealloc<kPingPongProducerRegs>();
+    produce();
+  } else {
+    warpgroup_reg_alloc<kPingPongConsumerRegs>();
+    consume(__shfl_sync(0xffffffffu, wg - 1, 0));  // warp-uniform to the compiler: no wgmma serialisation
+  }
+}
+
 // weight [C_in][C_out_g][kH][kW] -> [groups][64-channel blocks][chunks][phase-ordered taps]
 // [K-plane][64 rows][4 words]: the A operand of one MMA in core-matrix order (float32 rounded
 // to TF32, 16-bit types as pairs of neighbouring input channels), zero padded. A phase's taps of
@@ -326,12 +506,34 @@ cudaError_t launch_tile(const void* x, const void* wprep, const void* bias, void
                           phase_table(p, R, 8 * Q));
 }
 
+// The ping-pong kernel: persistent blocks, one per SM (or per tile, if fewer tiles).
+template <typename T, int Q, int R>
+cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, void* out,
+                            const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
+                            cudaStream_t stream) {
+  const int64_t tiles = conv_wgmma_tiles_per_sample(p, t);
+  const int64_t total = tiles * p.groups * ceil_div(p.C_out_g, kBlockCh) * p.N;
+  if (total == 0) return cudaSuccess;
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  const WgSmem sl = wg_smem(p, R, Q, t.stages);
+  auto kernel = conv_wgmma_pingpong_kernel<T, Q, R>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sl.bytes));
+  if (err != cudaSuccess) return err;
+  kernel<<<static_cast<unsigned>(std::min<int64_t>(total, sms)), kPingPongThreads, sl.bytes, stream>>>(
+      static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
+      static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, R, 8 * Q), total, tiles);
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out,
                    const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
                    cudaStream_t stream) {
   if (t.q == 2 && t.rows == 16) return launch_tile<T, 2, 16>(x, wprep, bias, out, p, t, ep, stream);
-  if (t.q == 2 && t.rows == 17) return launch_tile<T, 2, 17>(x, wprep, bias, out, p, t, ep, stream);
+  if (t.q == 2 && t.rows == 17) return launch_pingpong<T, 2, 17>(x, wprep, bias, out, p, t, ep, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -344,7 +546,7 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // 64-channel blocks: for 32 or fewer channels per group the mma.sync kernel's narrower blocks
   // waste less
   if (p.C_out_g <= 32) return {};
-  if (16 * p.H * p.W > 0x7fffffff) return {};
+  if (16 * p.H * p.W > 0x7fffffff || p.OH * p.OW > 0x7fffffff) return {};  // 32-bit in-plane offsets
   const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
   if (OHmax == 0 || OWmax == 0) return {};
   // Tiles of 16 columns (q = 2): measured on the seed and demo layers, q = 1 (twice the weight
@@ -382,10 +584,10 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // mma.sync kernel was measured faster (H100: 4-tap stride-2 layers); 16-bit chunks carry twice
   // the channels
   if (!force && dtype == DType::F32 && f.most_taps < 8) return {};
-  // A block alone on its SM (17-row strips) overlaps neither its pipeline fill nor its epilogue
-  // with other work: it needs enough chunks per tile (H100, L2_11's 64 input channels in the fused
-  // op, since both warpgroups run a heavy epilogue: bfloat16, 4 chunks, 1.24-1.25 ms against the
-  // mma.sync kernel's 1.38-1.53; before that change, 4 chunks lost by 8% and 8 won by 5%)
+  // 17-row strips run on the ping-pong kernel, whose single producer must keep two consumers fed:
+  // enough chunks per tile (measured with 4, on L2_11's 64 input channels in bfloat16; with
+  // 16-row strips and 9 taps the ping-pong form lost to two blocks per SM: H100, L2_19 6.6 ms
+  // against 5.6, L1_57 4.5 against 3.9)
   if (!force && blocks_per_sm(rows) == 1 && ceil_div(p.C_in_g, chunk_channels(dtype)) < 4) return {};
   // Two blocks per SM (one's epilogue runs under the other's MMAs) with the deepest pipeline
   // that fits, else one block with up to kMaxStages.

@@ -10,7 +10,10 @@
 //  - a consumer warpgroup only waits for a stage, issues the chunk's asynchronous MMAs straight
 //    from shared memory and hands the stage back; it then runs the epilogue;
 //  - 2 to 4 stages synchronised by mbarriers; registers are moved to the consumer so that two
-//    blocks share an SM and one's epilogue runs under the other's MMAs.
+//    blocks share an SM and one's epilogue runs under the other's MMAs;
+//  - 17-row strips (two blocks do not fit an SM): a persistent "ping-pong" form instead, one
+//    producer and two consumer warpgroups that take the block's tiles in turn, each running the
+//    epilogue straight from its accumulators while the other issues MMAs.
 #include "cuda/launch.cuh"
 
 namespace myops {

@@ -38,6 +38,14 @@ __device__ inline void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
+// Orders the compiler's use of accumulator registers against the asynchronous MMAs: the asm
+// statements of wgmma only name the registers where they are issued, so without this fence
+// reads after wgmma_wait (or writes before the first MMA) may be moved across it.
+template <int N>
+__device__ inline void wgmma_fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
 // Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the
 // async proxy that wgmma reads through; a barrier must follow before the MMA is issued.
 __device__ inline void fence_proxy_async_shared() {

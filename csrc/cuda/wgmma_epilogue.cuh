@@ -1,0 +1,106 @@
+#pragma once
+// The wgmma kernel's epilogue, straight from the consumer warpgroup's accumulators: bias, the
+// activation, the stores and the GroupNorm / BatchNorm tile partials, with no shared-memory
+// round trip. (H100 profile of L2_11's conv with the earlier Cs-based epilogue: a third of the
+// block's time, ~16 K warp instructions per tile, with one block per SM nothing overlapped it.)
+// Each channel's values of a tile sit in one quad of lanes, so its partials take two shuffles.
+#include <type_traits>
+
+#include "cuda/conv_common.cuh"
+#include "cuda/conv_tile_geometry.cuh"
+
+namespace myops {
+namespace cuda {
+
+// Calls f(act) with act(v) the epilogue's activation: identity, or F.gelu's exact or tanh form
+// (one instantiation each, so the element loop has no per-element mode test).
+template <typename F>
+__device__ inline void with_activation(const ConvEpilogue& ep, F f) {
+  if (!ep.gelu) {
+    f([](float v) { return v; });
+  } else if (ep.approx == GeluApprox::Tanh) {
+    f([](float v) { return gelu_tanh<float>(v); });
+  } else {
+    f([](float v) { return gelu_erf<float>(v); });
+  }
+}
+
+// The tile is Q strips of R rows x 8 columns of phase `ph`'s output grid from (j0, i0), and
+// 64 output channels from oc0 of group g. Thread t of the warpgroup holds, in register 4j + e of
+// strip q (the m64nNk MMA's accumulator layout), output channel 16 (t / 32) + (t % 32) / 4 +
+// 8 (e / 2) of the block at tile row j, column 8q + 2 (t % 4) + e % 2. acc is overwritten with
+// the values as stored (rounded to T), which is what the partials describe.
+template <typename T, int Q, int R>
+__device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restrict__ bias, T* __restrict__ out,
+                               const ConvTranspose2dParams& p, const ConvEpilogue& ep, const PhaseEntry& ph,
+                               int j0, int i0, int64_t n, int64_t g, int64_t oc0, int64_t tile_index,
+                               int64_t tiles_per_sample) {
+  using Traits = DTypeTraits<T>;
+  const int lane = tid % 32, tq = lane % 4;
+  const int rows = min(R, ph.OHp - j0), cols = min(8 * Q, ph.OWp - i0);  // the tile's part of the grid
+  // output offsets inside a channel plane (the host keeps OH * OW below 2^31)
+  const int row_step = static_cast<int>(p.sH * p.OW), col_step = static_cast<int>(p.sW);
+  const int first = (ph.rh + static_cast<int>(p.sH) * j0) * static_cast<int>(p.OW) + ph.rw + col_step * (i0 + 2 * tq);
+  const int64_t plane = p.OH * p.OW;
+  const float count = static_cast<float>(rows * cols);
+  // The thread's two channels one after the other: fewer live registers beside the accumulators
+  // (a ping-pong consumer has 200).
+#pragma unroll
+  for (int hc = 0; hc < 2; ++hc) {
+    const int64_t c = oc0 + 16 * (tid / 32) + lane / 4 + 8 * hc;
+    const bool ch_ok = c < p.C_out_g;
+    const int64_t oc = g * p.C_out_g + (ch_ok ? c : 0);
+    const float b = bias != nullptr && ch_ok ? Traits::to_acc(bias[oc]) : 0.f;
+    T* const chan = out + (n * p.C_out + oc) * plane + first;
+    // a lane's two columns as one store: contiguous, and aligned in every row (even steps)
+    const bool pair_ok = col_step == 1 && row_step % 2 == 0 && reinterpret_cast<uintptr_t>(chan) % (2 * sizeof(T)) == 0;
+    float sum = 0.f;
+    with_activation(ep, [&](auto act) {
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        const int col = 8 * q + 2 * tq;
+        const bool ok0 = col < cols, ok1 = col + 1 < cols;
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          float* v = &acc[q][4 * j + 2 * hc];
+          const T t0 = Traits::from_acc(act(v[0] + b)), t1 = Traits::from_acc(act(v[1] + b));
+          v[0] = Traits::to_acc(t0);
+          v[1] = Traits::to_acc(t1);
+          if (j >= rows) continue;
+          sum += (ok0 ? v[0] : 0.f) + (ok1 ? v[1] : 0.f);
+          if (!ch_ok) continue;
+          T* dst = chan + j * row_step + 8 * q * col_step;
+          if (pair_ok && ok1) {
+            Vec<T, 2> pair;
+            pair.v[0] = t0;
+            pair.v[1] = t1;
+            *reinterpret_cast<Vec<T, 2>*>(dst) = pair;
+          } else {
+            if (ok0) dst[0] = t0;
+            if (ok1) dst[col_step] = t1;
+          }
+        }
+      }
+    });
+    if (ep.tile_stats == nullptr) continue;
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float mean = sum / count;
+    float m2 = 0.f;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const int col = 8 * q + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const float d0 = acc[q][4 * j + 2 * hc] - mean, d1 = acc[q][4 * j + 2 * hc + 1] - mean;
+        m2 += j < rows ? (col < cols ? d0 * d0 : 0.f) + (col + 1 < cols ? d1 * d1 : 0.f) : 0.f;
+      }
+    }
+    m2 += __shfl_xor_sync(0xffffffffu, m2, 1);
+    m2 += __shfl_xor_sync(0xffffffffu, m2, 2);
+    if (tq == 0 && ch_ok) write_tile_stats(ep, p, n, oc, tile_index, tiles_per_sample, count, mean, m2);
+  }
+}
+
+}  // namespace cuda
+}  // namespace myops
