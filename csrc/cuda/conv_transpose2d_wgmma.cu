@@ -81,7 +81,9 @@ __device__ inline void wgmma_strip(float (&d)[4 * R], uint64_t a, uint64_t b) {
   }
 }
 
-// The producer's halo for one tile: its pixels (kPxPerThread per thread of the warpgroup) are
+// The ping-pong producer's halo for one tile (the two-block kernel keeps its own copy of this
+// staging inline: as a struct it spilled in bfloat16 at that kernel's 96 registers and measured
+// 8-15% slower on L2_19 / L1_57 / L1_65): its pixels (kPxPerThread per thread of the warpgroup) are
 // read per chunk of input channels from the NCHW planes into registers, then stored as two
 // K-planes of 16-byte pixels (TF32-rounded). Offsets in a channel plane are 32-bit (the host
 // checks 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
@@ -90,15 +92,15 @@ template <typename T>
 struct HaloStager {
   using Raw = typename std::conditional<std::is_same<T, float>::value, float, unsigned short>::type;
   static constexpr int kCh = chunk_channels<T>();
+  const ConvTranspose2dParams& p;  // the kernel's parameter: read where used, not held in registers
   const Raw* x_image;
-  int HW, C_in_g, src[kPxPerThread], ch_valid = 0;
+  int src[kPxPerThread], ch_valid = 0;
   unsigned inside = 0, present = 0;
   Raw staged[kPxPerThread][kCh];
 
-  __device__ HaloStager(const T* x, const ConvTranspose2dParams& p, const PhaseEntry& ph, const TileOrigin& origin,
+  __device__ HaloStager(const T* x, const ConvTranspose2dParams& p_, const PhaseEntry& ph, const TileOrigin& origin,
                         int64_t n, int64_t g)
-      : x_image(reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * p.H * p.W),
-        HW(static_cast<int>(p.H * p.W)), C_in_g(static_cast<int>(p.C_in_g)) {
+      : p(p_), x_image(reinterpret_cast<const Raw*>(x) + (n * p_.C_in + g * p_.C_in_g) * p_.H * p_.W) {
     const int64_t row0 = origin.j0 + ph.off0_h - (ph.count_h - 1) * ph.off_step_h;
     const int64_t col0 = origin.i0 + ph.off0_w - (ph.count_w - 1) * ph.off_step_w;
     const int hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
@@ -118,11 +120,12 @@ struct HaloStager {
     }
   }
   __device__ void load(int chunk) {
-    ch_valid = min(kCh, C_in_g - chunk * kCh);
+    const int64_t HW = p.H * p.W;
+    ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - int64_t(chunk) * kCh));
     const Raw* first = x_image + int64_t(chunk) * kCh * HW;
 #pragma unroll
     for (int c = 0; c < kCh; ++c) {
-      const int plane = min(c, ch_valid - 1) * HW;
+      const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
 #pragma unroll
       for (int k = 0; k < kPxPerThread; ++k)
         if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
@@ -151,8 +154,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                       ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t n_base,
                       int64_t tiles_per_sample) {
+  constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
   constexpr int kTW = 8 * Q, kStrip = 8 * R, kBM = epilogue_pixels(R, Q);
+  using Raw = typename std::conditional<kF32, float, unsigned short>::type;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t bars = smem_addr(smem), pipe = bars + kBarrierBytes;
   auto full = [&](int s) { return bars + 8 * s; };
@@ -173,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   const PhaseEntry& ph = phases.e[origin.phase];
   const int j0 = origin.j0, i0 = origin.i0;
   const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
-  const int taps = cnt_h * cnt_w, hcols = ph.hcols;
+  const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
   const int n_chunks = taps > 0 ? static_cast<int>((p.C_in_g + kCh - 1) / kCh) : 0;
 
   const NamedBarrier consumers{1, kWarpgroup};
@@ -185,13 +190,60 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
   // pixel, TF32-rounded) and the phase's weights by one bulk copy.
   auto produce = [&]() {
     const int tid = threadIdx.x;
+    const int64_t HW = p.H * p.W;
     const uint32_t w_bytes = static_cast<uint32_t>(taps * kTapBytes);
     // prepared weights: [group][64-channel block][chunk][phase-ordered tap][one tap's A operand]
     const int64_t w_chunk_words = p.kH * p.kW * (kTapBytes / 4);
     const uint32_t* w_block = wprep + (g * col_tiles + ct) * n_chunks * w_chunk_words + ph.tap_base * (kTapBytes / 4);
-    HaloStager<T> halo(x, p, ph, origin, n, g);
+    const Raw* x_image = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
+
+    // Halo pixels this thread stages (offsets in a channel plane are 32-bit: the host checks
+    // 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
+    const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
+    const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
+    int src[kPxPerThread];
+    unsigned inside = 0, present = 0;
+#pragma unroll
+    for (int k = 0; k < kPxPerThread; ++k) {
+      const int h = tid + k * kWarpgroup;
+      src[k] = 0;
+      if (h < hpx) {
+        present |= 1u << k;
+        const int hr = h / hcols, hc = h - hr * hcols;
+        const int64_t ih = row0 + hr, iw = col0 + hc;
+        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
+          src[k] = static_cast<int>(ih * p.W + iw);
+          inside |= 1u << k;
+        }
+      }
+    }
+    Raw staged[kPxPerThread][kCh];
+    int ch_valid = 0;
+    auto load_halo = [&](int chunk) {
+      ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - int64_t(chunk) * kCh));
+      const Raw* first = x_image + int64_t(chunk) * kCh * HW;
+#pragma unroll
+      for (int c = 0; c < kCh; ++c) {
+        const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
+#pragma unroll
+        for (int k = 0; k < kPxPerThread; ++k)
+          if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
+      }
+    };
+    auto store_halo = [&](uint8_t* dst) {
+#pragma unroll
+      for (int k = 0; k < kPxPerThread; ++k) {
+        if (!((present >> k) & 1u)) continue;
+        const bool in = (inside >> k) & 1u;
+        uint32_t w[8];
+        pack_halo_pixel<T>(staged[k], in, ch_valid, w);
+        const int h = tid + k * kWarpgroup;
+        *reinterpret_cast<uint4*>(dst + h * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
+      }
+    };
     // One chunk of loads in flight per thread (two measured 4% slower on the seed layers).
-    halo.load(0);
+    load_halo(0);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = c % stages, round = c / stages;
       if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
@@ -199,12 +251,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
         mbar_expect_tx(full(s), w_bytes);
         bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_block + c * w_chunk_words, w_bytes, full(s));
       }
-      halo.store(smem + kBarrierBytes + stage(s), sl.halo_plane);
+      store_halo(smem + kBarrierBytes + stage(s));
       fence_proxy_async_shared();
       mbar_arrive(full(s));
       // issued after the fence (which may wait for this thread's outstanding accesses): in
       // flight while the thread waits for the next stage
-      if (c + 1 < n_chunks) halo.load(c + 1);
+      if (c + 1 < n_chunks) load_halo(c + 1);
     }
   };
 
