@@ -81,6 +81,34 @@ __device__ inline void wgmma_strip(float (&d)[4 * R], uint64_t a, uint64_t b) {
   }
 }
 
+// One chunk's MMAs (then committed as one group): every tap of phase ph on the tile's strips
+// (only those left of the grid's edge, q < q_used; the full tile's loop is kept free of that test:
+// H100, with a per-MMA test L2_19's conv took 3.96 ms, without 3.79). Tap (t_h, t_w) reads the
+// halo shifted by (cnt_h - 1 - t_h) * step_h rows and (cnt_w - 1 - t_w) * step_w columns; strip q
+// starts 8q columns in. Descriptor addresses are in 16-byte units: one per halo pixel.
+template <typename T, int Q, int R>
+__device__ __forceinline__ void issue_chunk_mmas(float (&acc)[Q][4 * R], int cnt_h, int cnt_w, int step_h,
+                                                 int step_w, int hcols, int q_used, uint64_t a_desc, uint64_t b_desc) {
+  auto taps = [&](auto all_strips) {
+    int tap = 0;
+    for (int t_h = 0; t_h < cnt_h; ++t_h)
+      for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
+        const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;
+#pragma unroll
+        for (int q = 0; q < Q; ++q)
+          if (decltype(all_strips)::value || q < q_used)
+            wgmma_strip<T, R>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
+      }
+  };
+  wgmma_fence();
+  if (q_used == Q) {
+    taps(std::true_type{});
+  } else {
+    taps(std::false_type{});
+  }
+  wgmma_commit();
+}
+
 // The ping-pong producer's halo for one tile (the two-block kernel keeps its own copy of this
 // staging inline: as a struct it spilled in bfloat16 at that kernel's 96 registers and measured
 // 8-15% slower on L2_19 / L1_57 / L1_65): its pixels (kPxPerThread per thread of the warpgroup) are
@@ -270,32 +298,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
     for (int q = 0; q < Q; ++q)
 #pragma unroll
       for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
-    // Strips wholly right of the phase grid (its last tile column) issue no MMAs. The full tile's
-    // loop is kept free of that test (H100: with a per-MMA test L2_19's conv took 3.96 ms, without 3.79).
-    const int q_used = min(Q, (ph.OWp - i0 + 7) / 8);
-    auto chunk_mmas = [&](uint64_t a_desc, uint64_t b_desc, auto all_strips) {
-      int tap = 0;
-      for (int t_h = 0; t_h < cnt_h; ++t_h)
-        for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
-          const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
-#pragma unroll
-          for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
-            if (decltype(all_strips)::value || q < q_used)
-              wgmma_strip<T, R>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
-        }
-    };
+    const int q_used = min(Q, (ph.OWp - i0 + 7) / 8);  // strips right of the grid issue no MMAs
     for (int c = 0; c < n_chunks; ++c) {
       const int s = c % stages;
       mbar_wait(full(s), (c / stages) & 1);
-      const uint64_t a_desc = wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128);
-      const uint64_t b_desc = wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16);
-      wgmma_fence();
-      if (q_used == Q) {
-        chunk_mmas(a_desc, b_desc, std::true_type{});
-      } else {
-        chunk_mmas(a_desc, b_desc, std::false_type{});
-      }
-      wgmma_commit();
+      issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used,
+                                wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128),
+                                wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16));
       wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
       if (c > 0) mbar_arrive(empty((c - 1) % stages));
     }
@@ -467,33 +476,13 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
         for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
 #pragma unroll
       for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
-      // Strips wholly right of the phase grid (its last tile column) issue no MMAs. The full
-      // tile's loop is kept free of that test (H100: with a per-MMA test L2_19's conv took 3.96
-      // ms, without 3.79).
-      const int q_used = min(Q, (ph.OWp - origin.i0 + 7) / 8);
-      auto chunk_mmas = [&](uint64_t a_desc, uint64_t b_desc, auto all_strips) {
-        int tap = 0;
-        for (int t_h = 0; t_h < cnt_h; ++t_h)
-          for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
-            const int shift = (cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w;  // pixels
-#pragma unroll
-            for (int q = 0; q < Q; ++q)  // descriptor addresses are in 16-byte units: one per pixel
-              if (decltype(all_strips)::value || q < q_used)
-                wgmma_strip<T, R>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
-          }
-      };
+      const int q_used = min(Q, (ph.OWp - origin.i0 + 7) / 8);  // strips right of the grid issue no MMAs
       for (int c = 0; c < n_chunks; ++c) {
         const int s = (chunk_seq + c) % stages;
         mbar_wait(full(s), ((chunk_seq + c) / stages) & 1);
-        const uint64_t a_desc = wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128);
-        const uint64_t b_desc = wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16);
-        wgmma_fence();
-        if (q_used == Q) {
-          chunk_mmas(a_desc, b_desc, std::true_type{});
-        } else {
-          chunk_mmas(a_desc, b_desc, std::false_type{});
-        }
-        wgmma_commit();
+        issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used,
+                                  wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128),
+                                  wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16));
         wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
         if (c > 0) mbar_arrive(empty((chunk_seq + c - 1) % stages));
       }
