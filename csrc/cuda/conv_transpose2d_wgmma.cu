@@ -177,7 +177,7 @@ struct HaloStager {
 // warpgroup has stored the chunk's halo (128 arrivals) and the chunk's weights have landed (bulk
 // copy bytes); empty[s] when the consumer's MMAs that read it have finished (128 arrivals).
 template <typename T, int Q, int R>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
+__global__ void __launch_bounds__(kThreads, 2)
     conv_wgmma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                       ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t n_base,
@@ -338,34 +338,30 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(R))
           return (ph.rh + p.sH * int64_t(j0 + r)) * p.OW + ph.rw + p.sW * int64_t(i0 + c);
         });
   };
+  static_assert(blocks_per_sm(R) == 2, "17-row strips run on conv_wgmma_pingpong_kernel");
   // With GELU or GroupNorm partials the epilogue is latency-bound: both warpgroups run it (H100:
-  // L2_11's conv 12% faster). Plain stores stay on the consumer (with the producer joining, L1_57
+  // L2_11's conv 12% faster, when it ran here). Plain stores stay on the consumer (with the producer joining, L1_57
   // measured 3% slower). To join, the warpgroups first return to the launch's register count,
   // the producer only once the consumer has released its registers (a setmaxnreg.inc that waits
   // for registers spins, taking issue slots from the other block's MMAs).
   const bool join = ep.gelu || ep.tile_stats != nullptr;
-  constexpr bool kRealloc = blocks_per_sm(R) == 2;
-  constexpr int kLaunchRegs = 65536 / (kThreads * blocks_per_sm(R));
+  constexpr int kLaunchRegs = 65536 / (kThreads * 2);
   const NamedBarrier handover{2, kThreads};  // the consumer has freed its extra registers
   if (threadIdx.x < kWarpgroup) {
-    if constexpr (kRealloc) warpgroup_reg_dealloc<kProducerRegs>();
+    warpgroup_reg_dealloc<kProducerRegs>();
     if (n_chunks > 0) produce();
     if (!join) return;
-    if constexpr (kRealloc) {
-      handover();
-      warpgroup_reg_alloc<kLaunchRegs>();
-    }
+    handover();
+    warpgroup_reg_alloc<kLaunchRegs>();
   } else {
-    if constexpr (kRealloc) warpgroup_reg_alloc<kConsumerRegs>();
+    warpgroup_reg_alloc<kConsumerRegs>();
     consume();
     if (!join) {
       epilogue(std::integral_constant<int, kWarpgroup>{}, static_cast<int>(threadIdx.x) - kWarpgroup, consumers);
       return;
     }
-    if constexpr (kRealloc) {
-      warpgroup_reg_dealloc<kLaunchRegs>();
-      handover.arrive();
-    }
+    warpgroup_reg_dealloc<kLaunchRegs>();
+    handover.arrive();
   }
   __syncthreads();  // Cs holds the tile
   epilogue(std::integral_constant<int, kThreads>{}, static_cast<int>(threadIdx.x), BlockSync{});
@@ -388,7 +384,7 @@ __device__ inline WgTile wg_tile(int64_t t, int64_t tiles_per_sample, int64_t co
 // when the consumer's MMAs that read it have finished (128 arrivals). Consumers wait for their
 // chunks in sequence order (turn[]: a consumer starts a tile's MMAs once the other has issued its
 // previous tile's), so no one waits on a stage two rounds ahead, which parity could not tell.
-template <typename T, int Q, int R, int C = 2>
+template <typename T, int Q, int R>
 __global__ void __launch_bounds__(kPingPongThreads, 1)
     conv_wgmma_pingpong_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
@@ -462,11 +458,11 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       const TileOrigin origin = locate_tile(phases, tl.x, R, kTW);
       const PhaseEntry& ph = phases.e[origin.phase];
       const int n_chunks = tile_chunks(ph);
-      if (k % C != me) {
+      if (k % 2 != me) {
         chunk_seq += n_chunks;
         continue;
       }
-      if (C > 1 && k > 0) mbar_wait(turn(me), turns++ & 1);  // the other consumer's previous tile
+      if (k > 0) mbar_wait(turn(me), turns++ & 1);  // the other consumer's previous tile
       const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
       const int hcols = ph.hcols;
       float acc[Q][4 * R];
@@ -486,7 +482,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
         wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
         if (c > 0) mbar_arrive(empty((chunk_seq + c - 1) % stages));
       }
-      if (C > 1) mbar_arrive(turn(1 - me));  // this tile's waits are done: the other's turn
+      mbar_arrive(turn(1 - me));  // this tile's waits are done: the other's turn
       wgmma_wait<0>();
 #pragma unroll
       for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
