@@ -5,6 +5,7 @@
 // (bias, GELU, store, GroupNorm tile partials).
 #include "cuda/conv_transpose2d.cuh"
 #include "cuda/dtype_traits.cuh"
+#include "cuda/gelu_fast.cuh"
 
 namespace myops {
 namespace cuda {
@@ -132,7 +133,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
   acc_t lane_bias = 0;
   if (bias != nullptr && lane < kChPerWarp && warp + lane * kWarps < c_valid)
     lane_bias = Traits::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
-  auto run = [&](auto with_gelu) {
+  with_activation<acc_t>(ep, [&](auto act) {
     for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i) {
       const int64_t oc = g * p.C_out_g + oc0 + c;
       T* chan = out + (n * p.C_out + oc) * plane;
@@ -141,9 +142,8 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
       acc_t sum = 0, count = 0;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
-        acc_t v = Cs[c * ldc + lane + 32 * j] + b;
-        if constexpr (decltype(with_gelu)::value) v = gelu<acc_t>(v, ep.approx);
-        const T t = Traits::from_acc(v);
+        const acc_t v = Cs[c * ldc + lane + 32 * j] + b;
+        const T t = Traits::from_acc(act(v));
         stored[j] = Traits::to_acc(t);
         if (off[j] >= 0) {
           chan[off[j]] = t;
@@ -190,12 +190,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
       for (int o = 16; o > 0; o /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
       if (lane == 0) write_tile_stats(ep, p, n, oc, tile_index, tiles_per_sample, count, mean, m2);
     }
-  };
-  if (ep.gelu) {
-    run(std::true_type{});
-  } else {
-    run(std::false_type{});
-  }
+  });
 }
 
 }  // namespace cuda

@@ -8,22 +8,10 @@
 
 #include "cuda/conv_common.cuh"
 #include "cuda/conv_tile_geometry.cuh"
+#include "cuda/gelu_fast.cuh"
 
 namespace myops {
 namespace cuda {
-
-// Calls f(act) with act(v) the epilogue's activation: identity, or F.gelu's exact or tanh form
-// (one instantiation each, so the element loop has no per-element mode test).
-template <typename F>
-__device__ inline void with_activation(const ConvEpilogue& ep, F f) {
-  if (!ep.gelu) {
-    f([](float v) { return v; });
-  } else if (ep.approx == GeluApprox::Tanh) {
-    f([](float v) { return gelu_tanh<float>(v); });
-  } else {
-    f([](float v) { return gelu_erf<float>(v); });
-  }
-}
 
 // The tile is Q strips of R rows x 8 columns of phase `ph`'s output grid from (j0, i0), and
 // 64 output channels from oc0 of group g. Thread t of the warpgroup holds, in register 4j + e of
@@ -55,7 +43,7 @@ __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restr
     // a lane's two columns as one store: contiguous, and aligned in every row (even steps)
     const bool pair_ok = col_step == 1 && row_step % 2 == 0 && reinterpret_cast<uintptr_t>(chan) % (2 * sizeof(T)) == 0;
     float sum = 0.f;
-    with_activation(ep, [&](auto act) {
+    with_activation<float>(ep, [&](auto act) {
 #pragma unroll
       for (int q = 0; q < Q; ++q) {
         const int col = 8 * q + 2 * tq;
