@@ -24,7 +24,6 @@ struct Errors {
 template <typename Fast, typename Torch, typename Ref>
 bool check(const char* name, uint32_t stride, Fast fast, Torch torch_f32, Ref ref) {
   Errors e_fast, e_torch;
-  bool limits_ok = true;
   for (uint64_t b = 0; b < 0x80000000u; b += stride) {
     for (uint32_t sign : {0u, 0x80000000u}) {
       const uint32_t bits = static_cast<uint32_t>(b) | sign;
@@ -38,7 +37,7 @@ bool check(const char* name, uint32_t stride, Fast fast, Torch torch_f32, Ref re
   }
   // PyTorch's limits: +inf -> inf, -inf -> nan, nan -> nan, +-0 -> +-0
   const float inf = INFINITY;
-  limits_ok = fast(inf) == inf && std::isnan(fast(-inf)) && std::isnan(fast(NAN)) && fast(0.0f) == 0.0f &&
+  const bool limits_ok = fast(inf) == inf && std::isnan(fast(-inf)) && std::isnan(fast(NAN)) && fast(0.0f) == 0.0f &&
               std::signbit(fast(-0.0f));
   const bool ok = limits_ok && e_fast.abs <= 1.25e-7 && e_fast.rel_tail <= 3e-6;
   std::printf("%s: max |err|/max(1,|x|) %.3g (PyTorch's float32 formula %.3g), tail relative %.3g (%.3g), limits %s: %s\n",

@@ -8,7 +8,6 @@
 // where those lose up to 1.5% to cancellation in 1 + erf / 1 + tanh. Limits as PyTorch: +inf ->
 // inf, -inf -> nan, nan -> nan.
 #include <cmath>
-#include <type_traits>
 
 #include "common/gelu_math.h"
 #include "cuda/conv_transpose2d.cuh"
@@ -64,25 +63,23 @@ MYOPS_HD float gelu_tanh_fast(float x) {
   return divide_approx(x, 1.0f + e);
 }
 
+// The epilogue's GELU per accumulator type: float the forms above, double (float64 inputs) the
+// libm formulas.
+__device__ inline float epilogue_gelu_erf(float v) { return gelu_erf_fast(v); }
+__device__ inline float epilogue_gelu_tanh(float v) { return gelu_tanh_fast(v); }
+__device__ inline double epilogue_gelu_erf(double v) { return gelu_erf<double>(v); }
+__device__ inline double epilogue_gelu_tanh(double v) { return gelu_tanh<double>(v); }
+
 // Calls f(act) with act(v) the epilogue's activation on acc_t values: identity, or F.gelu's
-// exact or tanh form (float: the forms above; double: the libm formulas). One instantiation of
-// f each, so element loops test no mode.
+// exact or tanh form. One instantiation of f each, so element loops test no mode.
 template <typename acc_t, typename F>
 __device__ inline void with_activation(const ConvEpilogue& ep, F f) {
   if (!ep.gelu) {
     f([](acc_t v) { return v; });
-  } else if constexpr (std::is_same<acc_t, float>::value) {
-    if (ep.approx == GeluApprox::Tanh) {
-      f([](float v) { return gelu_tanh_fast(v); });
-    } else {
-      f([](float v) { return gelu_erf_fast(v); });
-    }
+  } else if (ep.approx == GeluApprox::Tanh) {
+    f([](acc_t v) { return epilogue_gelu_tanh(v); });
   } else {
-    if (ep.approx == GeluApprox::Tanh) {
-      f([](acc_t v) { return gelu_tanh<acc_t>(v); });
-    } else {
-      f([](acc_t v) { return gelu_erf<acc_t>(v); });
-    }
+    f([](acc_t v) { return epilogue_gelu_erf(v); });
   }
 }
 
