@@ -86,10 +86,30 @@ def random_wide_conv_config(rng: random.Random):
             return cfg
 
 
+def random_narrow_conv_config(rng: random.Random):
+    """A random configuration with few multiply-adds per output value (C_in / groups x kH x kW /
+    (sH x sW) <= 32) on maps of up to ~200 output columns and rows: the shapes the CUDA direct
+    kernel takes, across several of its 96-column x row tiles, channel blocks and tails."""
+    while True:
+        groups = rng.choice([1, 2, 4])
+        cfg = dict(
+            N=rng.choice([1, 2]), C_in=groups * rng.randint(1, 8), C_out_g=rng.choice([1, 3, 8, 9, 16, 20, 33]),
+            groups=groups, H=rng.randint(1, 40), W=rng.randint(1, 70), kH=rng.randint(1, 5), kW=rng.randint(1, 5),
+            stride=(rng.randint(1, 4), rng.randint(1, 4)), dilation=(rng.randint(1, 3), rng.randint(1, 3)),
+            padding=(rng.randint(0, 3), rng.randint(0, 3)), bias=rng.random() < 0.6,
+        )
+        macs = cfg["C_in"] // groups * cfg["kH"] * cfg["kW"] / (cfg["stride"][0] * cfg["stride"][1])
+        if macs <= 32 and with_output_padding(rng, cfg):
+            return cfg
+
+
 # The CUDA conv kernel a test runs through (the switches are read per call; plans are cached per
 # setting): "default" is the choice as shipped, "mma" the mma.sync kernel alone, "wgmma" the Hopper
-# kernel on every call it can run (elsewhere, and off sm_90, the choice as shipped).
-CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1"}, "wgmma": {"MYOPS_FORCE_WGMMA": "1"}}
+# kernel on every call it can run (elsewhere, and off sm_90, the choice as shipped), "generic" the
+# generic implicit-GEMM kernel alone.
+CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1", "MYOPS_DISABLE_DIRECT": "1"},
+                        "wgmma": {"MYOPS_FORCE_WGMMA": "1"},
+                        "generic": {"MYOPS_DISABLE_MMA": "1", "MYOPS_DISABLE_DIRECT": "1"}}
 
 
 def set_conv_kernel(monkeypatch, kernel):

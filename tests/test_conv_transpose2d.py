@@ -7,7 +7,8 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_wide_conv_config, ref_conv_transpose2d, set_conv_kernel, tolerance)
+                       random_narrow_conv_config, random_wide_conv_config, ref_conv_transpose2d, set_conv_kernel,
+                       tolerance)
 
 def check_random_configs(rng, count, make_config, dtype, device):
     """myops.conv_transpose2d against float64 PyTorch on `count` configurations from make_config."""
@@ -93,9 +94,9 @@ def test_phases_without_taps_get_only_bias():
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):
-    # MYOPS_DISABLE_MMA=1 routes every call to the generic implicit-GEMM kernel, which otherwise
-    # only runs float64, narrow strict float32 and shapes the mma kernel does not take
-    monkeypatch.setenv("MYOPS_DISABLE_MMA", "1")
+    # every call through the generic implicit-GEMM kernel, which otherwise only runs float64 and
+    # strict float32 calls that neither the direct nor the mma kernel takes
+    set_conv_kernel(monkeypatch, "generic")
     check_random_configs(random.Random(77), 100, random_conv_config, dtype, device)
 
 
@@ -115,8 +116,21 @@ def test_strict_float32_random_configs(device, kernel, monkeypatch):
     # TF32 off (torch.backends.cudnn.allow_tf32 = False): exact float32 products, so the tight
     # float32 tolerance. Wide layers take the mma kernel's FFMA mode, the rest the generic kernel.
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    if kernel == "generic":
-        monkeypatch.setenv("MYOPS_DISABLE_MMA", "1")
+    set_conv_kernel(monkeypatch, kernel)
     assert tolerance(torch.float32, device) == 2e-5
     check_random_configs(random.Random(31), 60, random_conv_config, torch.float32, device)
     check_random_configs(random.Random(32), 60, random_wide_conv_config, torch.float32, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_narrow_layers_random_configs(device, dtype):
+    # few multiply-adds per output on maps wider and taller than the CUDA direct kernel's tile
+    check_random_configs(random.Random(515), 40, random_narrow_conv_config, dtype, device)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+def test_narrow_layers_strict_float32(device, monkeypatch):
+    # the direct kernel's FFMA is exact whatever the TF32 setting: the tight float32 tolerance
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    check_random_configs(random.Random(516), 40, random_narrow_conv_config, torch.float32, device)

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_wide_conv_config, ref_fused, set_conv_kernel, tolerance)
+                       random_narrow_conv_config, random_wide_conv_config, ref_fused, set_conv_kernel,
+                       tolerance)
 
 RANDOM_RUNS = [(torch.float32, 100), (torch.float64, 30), (torch.bfloat16, 30), (torch.float16, 30)]
 
@@ -25,12 +26,10 @@ def random_fused_case(rng, dtype, device, config=random_conv_config):
     return cfg, args
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype,count", RANDOM_RUNS, ids=lambda v: str(v))
-def test_random_configs_match_pytorch_chain(device, dtype, count):
-    rng = random.Random(99 + count)
+def check_random_fused(rng, count, dtype, device, config):
+    """The fused op against float64 PyTorch on `count` random cases drawn with config."""
     for i in range(count):
-        cfg, args = random_fused_case(rng, dtype, device)
+        cfg, args = random_fused_case(rng, dtype, device, config)
         out = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
         assert out.dtype == dtype
         try:
@@ -39,6 +38,12 @@ def test_random_configs_match_pytorch_chain(device, dtype, count):
             assert_matches(out, ref_fused(*args), tolerance(dtype, device) * 4, floor=1.0)
         except AssertionError as e:
             raise AssertionError(f"config {i}: {cfg}, gelu={args[8]}, groups={args[9]}: {e}") from None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype,count", RANDOM_RUNS, ids=lambda v: str(v))
+def test_random_configs_match_pytorch_chain(device, dtype, count):
+    check_random_fused(random.Random(99 + count), count, dtype, device, random_conv_config)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -106,25 +111,18 @@ def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
     # wide layers through the fused epilogue (GELU, GroupNorm partials): the kernel choice as
     # shipped, the mma.sync kernel alone, and (on an H100) the wgmma kernel wherever it can run
     set_conv_kernel(monkeypatch, kernel)
-    rng = random.Random(2024)
-    for i in range(20):
-        cfg, args = random_fused_case(rng, dtype, device, random_wide_conv_config)
-        out = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
-        try:
-            assert_matches(out, ref_fused(*args), tolerance(dtype, device) * 4, floor=1.0)
-        except AssertionError as e:
-            raise AssertionError(f"config {i}: {cfg}, gelu={args[8]}, groups={args[9]}: {e}") from None
+    check_random_fused(random.Random(2024), 20, dtype, device, random_wide_conv_config)
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 def test_strict_float32_wide_layers_chain(device, monkeypatch):
     # TF32 off: the FFMA mode of the mma kernel under the fused epilogue, tight float32 tolerance
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    rng = random.Random(2025)
-    for i in range(30):
-        cfg, args = random_fused_case(rng, torch.float32, device, random_wide_conv_config)
-        out = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
-        try:
-            assert_matches(out, ref_fused(*args), tolerance(torch.float32, device) * 4, floor=1.0)
-        except AssertionError as e:
-            raise AssertionError(f"config {i}: {cfg}, gelu={args[8]}, groups={args[9]}: {e}") from None
+    check_random_fused(random.Random(2025), 30, torch.float32, device, random_wide_conv_config)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_narrow_layers_random_configs_chain(device, dtype):
+    # the CUDA direct kernel's epilogue: GELU and GroupNorm partials per tile row
+    check_random_fused(random.Random(2026), 20, dtype, device, random_narrow_conv_config)

@@ -287,9 +287,16 @@ cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out
 
 namespace {
 
-ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_mma,
-                   bool allow_wgmma, bool force_wgmma, int device_sm) {
+ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_direct,
+                   bool allow_mma, bool allow_wgmma, bool force_wgmma, int device_sm) {
   ConvPlan plan;
+  if (allow_direct && !force_wgmma) plan.direct = conv_direct_tiling(p, dtype);
+  if (plan.direct.cb > 0) {
+    plan.engine = ConvEngine::Direct;
+    plan.tiles_per_sample = conv_direct_tiles_per_sample(p);
+    plan.prepared_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
+    return plan;
+  }
   if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, force_wgmma);
   if (plan.wg.q > 0) {
     plan.engine = ConvEngine::Wgmma;
@@ -332,6 +339,7 @@ int current_device_sm() {
 }  // namespace
 
 ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
+  const bool allow_direct = !env_flag("MYOPS_DISABLE_DIRECT");
   const bool allow_mma = !env_flag("MYOPS_DISABLE_MMA"), allow_wgmma = !env_flag("MYOPS_DISABLE_WGMMA");
   const bool force_wgmma = env_flag("MYOPS_FORCE_WGMMA");
   const int device_sm = current_device_sm();
@@ -340,7 +348,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
   using Key = std::array<int64_t, 18>;
   const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
                 p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math),
-                allow_mma + 2 * allow_wgmma + 4 * force_wgmma, device_sm};
+                allow_mma + 2 * allow_wgmma + 4 * force_wgmma + 8 * allow_direct, device_sm};
   static std::mutex mutex;
   static std::map<Key, ConvPlan> cache;
   {
@@ -348,7 +356,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     const auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const ConvPlan plan = make_plan(p, dtype, fp32_math, allow_mma, allow_wgmma, force_wgmma, device_sm);
+  const ConvPlan plan = make_plan(p, dtype, fp32_math, allow_direct, allow_mma, allow_wgmma, force_wgmma, device_sm);
   const std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= 4096) cache.clear();  // bounded: a stream of new shapes cannot grow it forever
   cache.emplace(key, plan);
@@ -375,6 +383,7 @@ cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight,
                                      const ConvEpilogue& ep, cudaStream_t stream) {
   if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_forward(x, prepared_weight, bias, out, dtype, p, plan.wg, ep, stream);
   if (plan.engine == ConvEngine::Mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, plan.tiling, ep, stream);
+  if (plan.engine == ConvEngine::Direct) return conv_direct_forward(x, prepared_weight, bias, out, dtype, p, plan.direct, ep, stream);
   switch (dtype) {
     case DType::F32:
       return fp32_math == Fp32Math::TF32

@@ -2,6 +2,7 @@
 // conv_transpose2d as an implicit GEMM in gather form, one output phase (oh mod s_h, ow mod s_w)
 // at a time: per phase M = output pixels, N = C_out / groups, K = C_in / groups x (taps that hit
 // the phase). Phases that no tap reaches just write the bias.
+#include "cuda/conv_transpose2d_direct.cuh"
 #include "cuda/conv_transpose2d_mma.cuh"
 #include "cuda/conv_transpose2d_wgmma.cuh"
 #include "cuda/launch.cuh"
@@ -20,7 +21,10 @@ struct ConvEpilogue {
   void* tile_stats = nullptr;
 };
 
-// Which kernel runs a call and what it needs: on sm_90, calls with more than 32 output channels
+// Which kernel runs a call and what it needs: calls with few multiply-adds per output value
+// (C_in / groups x kH x kW / (sH x sW) <= 32: storing the output is their cost) take the direct
+// kernel (conv_transpose2d_direct.cuh), in every dtype and either float32 mode (its FFMA is
+// exact); otherwise, on sm_90, calls with more than 32 output channels
 // per group whose 16 (or 17) x 16 tiles the phase grids mostly fill (and, in float32, with 8 or
 // more taps per phase; with 17-row tiles, 4 or more input-channel chunks) take the
 // warp-specialised wgmma kernel (conv_transpose2d_wgmma.cuh); other
@@ -28,11 +32,13 @@ struct ConvEpilogue {
 // (conv_transpose2d_mma.cuh), and so do strict float32 calls with more than 32 output channels
 // per group (its FFMA mode: same staging, exact operands); the rest (float64, narrow strict
 // float32, very large kernels) the generic implicit-GEMM kernel. Switches (tests use them to
-// cover every kernel): MYOPS_DISABLE_WGMMA=1, MYOPS_FORCE_WGMMA=1 (wgmma for every call it can
-// run), MYOPS_DISABLE_MMA=1 (generic only).
-enum class ConvEngine { Generic, Mma, Wgmma };
+// cover every kernel): MYOPS_DISABLE_DIRECT=1, MYOPS_DISABLE_WGMMA=1, MYOPS_FORCE_WGMMA=1 (wgmma
+// for every call it can run), MYOPS_DISABLE_MMA=1 (no tensor-core kernel; with
+// MYOPS_DISABLE_DIRECT=1, generic only).
+enum class ConvEngine { Generic, Direct, Mma, Wgmma };
 struct ConvPlan {
   ConvEngine engine = ConvEngine::Generic;
+  DirectTiling direct;            // the direct kernel's (engine Direct)
   MmaTiling tiling;               // the mma kernel's tile shape (engine Mma)
   WgmmaTiling wg;                 // the wgmma kernel's (engine Wgmma)
   int64_t tiles_per_sample = 0;   // sizes ConvEpilogue::tile_stats

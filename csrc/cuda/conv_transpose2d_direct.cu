@@ -1,0 +1,234 @@
+// The direct conv_transpose2d kernel (see conv_transpose2d_direct.cuh for when and why).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "cuda/conv_common.cuh"
+#include "cuda/conv_transpose2d_direct.cuh"
+
+namespace myops {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = kConvThreads;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTW = kDirectTileCols;
+constexpr int kMaxStride = 32;             // per dimension (the tap tables are kernel parameters)
+constexpr double kMaxMacsPerOutput = 32;   // past this the FFMA work outweighs the stores
+constexpr size_t kSmemBudget = 72 * 1024;  // three blocks per SM
+constexpr int kMaxRows = 16;
+
+// The taps that reach residue r along one dimension (PhaseTaps in 32 bits: the host checks the
+// ranges), and the kernel's geometry, computed once on the host.
+struct Taps32 {
+  int k0, step, count, off0, off_step;
+};
+struct DirectGeometry {
+  int th;            // output rows per block
+  int hrows, hcols;  // the input halo a block stages: rows / columns from its origin
+  Taps32 rows[kMaxStride], cols[kMaxStride];
+};
+
+__host__ __device__ inline int floor_div(int a, int b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
+
+// Input rows (or columns) a block reads for its outputs [o0, o0 + extent): from
+// floor((o0 + pad - dil * (k - 1)) / s) on, at most halo_extent of them.
+__host__ __device__ inline int halo_origin(int o0, int pad, int dil, int k, int s) {
+  return floor_div(o0 + pad - dil * (k - 1), s);
+}
+inline int halo_extent(int extent, int dil, int k, int s) { return (extent - 1 + dil * (k - 1)) / s + 2; }
+
+// The output positions of residue r (mod s) inside [begin, end): the first one and how many.
+struct ResidueRange {
+  int first, count;
+};
+__device__ inline ResidueRange residue_range(int begin, int end, int r, int s) {
+  const int first = begin + ((r - begin) % s + s) % s;
+  return {first, first < end ? (end - first + s - 1) / s : 0};
+}
+
+// acc[c] += v * w[c] for the block's channels (w: one input channel's weights in shared memory).
+template <int kCB, typename acc_t>
+__device__ inline void accumulate(acc_t (&acc)[kCB], acc_t v, const acc_t* w) {
+#pragma unroll
+  for (int c = 0; c < kCB; ++c) acc[c] = fma(v, w[c], acc[c]);
+}
+
+// Block: a th x kTW output tile (all phases) x kCB output channels of one group of image n.
+// Shared memory (acc_t): the group's weights for the block's channels [kH * kW][C_in_g][kCB], the
+// input halo [C_in_g][hrows][hcols] (zero outside the input: no bounds tests per tap), and the
+// output tile's accumulators [kCB][th][kTW].
+template <typename T, int kCB>
+__global__ void __launch_bounds__(kThreads, 3)
+    conv_direct_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
+                       T* __restrict__ out, ConvTranspose2dParams p, DirectGeometry geo, ConvEpilogue ep,
+                       int64_t n_base, int64_t /*grid tiles*/) {
+  using Traits = DTypeTraits<T>;
+  using acc_t = typename Traits::acc_t;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ int64_t pix_off[2][kTW];  // double-buffered: one epilogue call per tile row
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int sH = static_cast<int>(p.sH), sW = static_cast<int>(p.sW);
+  const int OH = static_cast<int>(p.OH), OW = static_cast<int>(p.OW);
+  const int C_in_g = static_cast<int>(p.C_in_g), th = geo.th, hrows = geo.hrows, hcols = geo.hcols;
+  const int64_t n = n_base + blockIdx.z;
+  const int col_tiles = (OW + kTW - 1) / kTW;
+  const int tile_col = static_cast<int>(blockIdx.x % col_tiles);
+  const int oh0 = static_cast<int>(blockIdx.x / col_tiles) * th, ow0 = tile_col * kTW;
+  const int oh_end = min(oh0 + th, OH), ow_end = min(ow0 + kTW, OW);
+  const int ih0 = halo_origin(oh0, static_cast<int>(p.pH), static_cast<int>(p.dH), static_cast<int>(p.kH), sH);
+  const int iw0 = halo_origin(ow0, static_cast<int>(p.pW), static_cast<int>(p.dW), static_cast<int>(p.kW), sW);
+  const int64_t c_blocks = (p.C_out_g + kCB - 1) / kCB;
+  const int64_t g = blockIdx.y / c_blocks, oc0 = (blockIdx.y % c_blocks) * kCB;
+  const int taps = static_cast<int>(p.kH * p.kW), halo_plane = hrows * hcols, ldc = th * kTW;
+
+  acc_t* ws = reinterpret_cast<acc_t*>(smem_raw);
+  acc_t* xs = ws + taps * C_in_g * kCB;
+  acc_t* tile = xs + C_in_g * halo_plane;
+  const T* wt_group = wt + g * taps * p.C_in_g * p.C_out_g;
+  for (int idx = tid; idx < taps * C_in_g * kCB; idx += kThreads) {
+    const int c = idx % kCB, tap_ic = idx / kCB;  // tap_ic = tap * C_in_g + ic
+    ws[idx] = oc0 + c < p.C_out_g ? Traits::to_acc(wt_group[tap_ic * p.C_out_g + oc0 + c]) : acc_t(0);
+  }
+  const T* x_group = x + (n * p.C_in + g * p.C_in_g) * p.H * p.W;
+  for (int idx = tid; idx < C_in_g * halo_plane; idx += kThreads) {
+    const int hc = idx % hcols, ic_hr = idx / hcols, hr = ic_hr % hrows, ic = ic_hr / hrows;
+    const int ih = ih0 + hr, iw = iw0 + hc;
+    xs[idx] = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W
+                  ? Traits::to_acc(x_group[(ic * p.H + ih) * p.W + iw])
+                  : acc_t(0);
+  }
+  for (int idx = tid; idx < kCB * ldc; idx += kThreads) tile[idx] = acc_t(0);  // no-tap phases: 0
+  __syncthreads();
+
+  // Work items: (phase, phase row in the tile, 32-pixel segment of it), dealt to warps round
+  // robin. A warp's lanes take consecutive pixels of one phase row: the same taps, consecutive
+  // halo columns (no bank conflicts), and the weights as shared-memory broadcasts.
+  int dealt = 0;
+  for (int rh = 0; rh < sH; ++rh) {
+    const Taps32 tr = geo.rows[rh];
+    const ResidueRange rows = residue_range(oh0, oh_end, rh, sH);
+    if (tr.count == 0 || rows.count == 0) continue;
+    for (int rw = 0; rw < sW; ++rw) {
+      const Taps32 tc = geo.cols[rw];
+      const ResidueRange cols = residue_range(ow0, ow_end, rw, sW);
+      if (tc.count == 0 || cols.count == 0) continue;
+      const int segments = (cols.count + 31) / 32, items = rows.count * segments;
+      for (int item = ((warp - dealt) % kWarps + kWarps) % kWarps; item < items; item += kWarps) {
+        const int oh = rows.first + sH * (item / segments);
+        const int q = (item % segments) * 32 + lane;  // the lane's pixel among the phase row's
+        const bool in_tile = q < cols.count;
+        const int ow = cols.first + sW * min(q, cols.count - 1);
+        // halo position of tap (0, 0): phase-grid coordinate + offset - halo origin
+        const int hr0 = (oh - rh) / sH + tr.off0 - ih0, hc0 = (ow - rw) / sW + tc.off0 - iw0;
+        acc_t acc[kCB];
+#pragma unroll
+        for (int c = 0; c < kCB; ++c) acc[c] = acc_t(0);
+        for (int t_h = 0; t_h < tr.count; ++t_h) {
+          const int kh = tr.k0 + t_h * tr.step;
+          const acc_t* x_row = xs + (hr0 - t_h * tr.off_step) * hcols + hc0;
+          for (int t_w = 0; t_w < tc.count; ++t_w) {
+            const acc_t* xp = x_row - t_w * tc.off_step;
+            const acc_t* wp = ws + (kh * static_cast<int>(p.kW) + tc.k0 + t_w * tc.step) * C_in_g * kCB;
+#pragma unroll 4
+            for (int ic = 0; ic < C_in_g; ++ic) accumulate<kCB>(acc, xp[ic * halo_plane], wp + ic * kCB);
+          }
+        }
+        if (in_tile) {
+          acc_t* dst = tile + (oh - oh0) * kTW + (ow - ow0);
+#pragma unroll
+          for (int c = 0; c < kCB; ++c) dst[c * ldc] = acc[c];
+        }
+      }
+      dealt += items;
+    }
+  }
+  __syncthreads();
+
+  // Tile rows out through the shared epilogue: each is one GroupNorm partials tile.
+  for (int r = 0; r < oh_end - oh0; ++r) {
+    const int64_t oh = oh0 + r;
+    conv_epilogue<T, kTW, kCB, kThreads>(
+        tile + r * kTW, ldc, bias, out, p, ep, n, g, oc0, oh * col_tiles + tile_col, p.OH * col_tiles, 1,
+        kTW, EpilogueThreads<>{tid, pix_off[r & 1]},
+        [&](int m) -> int64_t { return ow0 + m < OW ? oh * OW + ow0 + m : -1; });
+  }
+}
+
+size_t acc_bytes(DType dtype) { return dtype == DType::F64 ? 8 : 4; }
+
+// Shared memory of a block: weights, halo, output tile.
+size_t direct_smem_bytes(const ConvTranspose2dParams& p, DType dtype, int cb, const DirectGeometry& geo) {
+  const int64_t words = p.kH * p.kW * p.C_in_g * cb + p.C_in_g * geo.hrows * geo.hcols +
+                        static_cast<int64_t>(cb) * geo.th * kTW;
+  return static_cast<size_t>(words) * acc_bytes(dtype);
+}
+
+// The geometry for th output rows per block (the tap tables are per residue).
+DirectGeometry direct_geometry(const ConvTranspose2dParams& p, int th) {
+  DirectGeometry geo{};
+  geo.th = th;
+  geo.hrows = halo_extent(th, static_cast<int>(p.dH), static_cast<int>(p.kH), static_cast<int>(p.sH));
+  geo.hcols = halo_extent(kTW, static_cast<int>(p.dW), static_cast<int>(p.kW), static_cast<int>(p.sW));
+  auto taps32 = [](const PhaseTaps& t) {
+    return Taps32{static_cast<int>(t.k0), static_cast<int>(t.step), static_cast<int>(t.count),
+                  static_cast<int>(t.off0), static_cast<int>(t.off_step)};
+  };
+  for (int64_t r = 0; r < p.sH; ++r) geo.rows[r] = taps32(phase_taps(r, p.pH, p.dH, p.sH, p.kH));
+  for (int64_t r = 0; r < p.sW; ++r) geo.cols[r] = taps32(phase_taps(r, p.pW, p.dW, p.sW, p.kW));
+  return geo;
+}
+
+template <typename T, int kCB>
+cudaError_t launch(const void* x, const void* wt, const void* bias, void* out, DType dtype,
+                   const ConvTranspose2dParams& p, const DirectTiling& t, const ConvEpilogue& ep,
+                   cudaStream_t stream) {
+  const DirectGeometry geo = direct_geometry(p, t.th);
+  const int64_t tiles = ceil_div_nonneg(p.OH, t.th) * ceil_div_nonneg(p.OW, kTW);
+  return launch_conv_grid(conv_direct_kernel<T, kCB>, kThreads, direct_smem_bytes(p, dtype, kCB, geo), stream,
+                          tiles, p.groups * ceil_div_nonneg(p.C_out_g, kCB), p.N, 1, static_cast<const T*>(x),
+                          static_cast<const T*>(wt), static_cast<const T*>(bias), static_cast<T*>(out), p,
+                          geo, ep);
+}
+
+}  // namespace
+
+DirectTiling conv_direct_tiling(const ConvTranspose2dParams& p, DType dtype) {
+  if (p.sH > kMaxStride || p.sW > kMaxStride || p.OH <= 0 || p.OW <= 0) return {};
+  // 32-bit coordinates inside the kernel (a tensor's offsets stay 64-bit)
+  const int64_t lim = 0x3fffffff;
+  if (p.OH > lim || p.OW > lim || p.H > lim || p.W > lim || p.pH > lim || p.pW > lim ||
+      p.dH * p.kH > lim || p.dW * p.kW > lim || p.C_in_g * p.H * p.W > lim)
+    return {};
+  // Multiply-adds per output value, averaged over the phases: the taps spread over sH x sW phases.
+  const double macs = static_cast<double>(p.C_in_g) * p.kH * p.kW / static_cast<double>(p.sH * p.sW);
+  if (macs > kMaxMacsPerOutput) return {};
+  DirectTiling t;
+  t.cb = p.C_out_g <= 8 ? 8 : 16;
+  // the most rows whose weights, halo and tile fit the budget
+  for (t.th = static_cast<int>(std::min<int64_t>(kMaxRows, p.OH)); t.th > 0; --t.th)
+    if (direct_smem_bytes(p, dtype, t.cb, direct_geometry(p, t.th)) <= kSmemBudget) break;
+  if (t.th == 0) return {};
+  const int64_t tiles = ceil_div_nonneg(p.OH, t.th) * ceil_div_nonneg(p.OW, kTW);
+  if (tiles > 0x7fffffff || p.groups * ceil_div_nonneg(p.C_out_g, t.cb) > 65535) return {};
+  return t;
+}
+
+int64_t conv_direct_tiles_per_sample(const ConvTranspose2dParams& p) {
+  return p.OH * ceil_div_nonneg(p.OW, kTW);
+}
+
+cudaError_t conv_direct_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
+                                DType dtype, const ConvTranspose2dParams& p, const DirectTiling& t,
+                                const ConvEpilogue& ep, cudaStream_t stream) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return t.cb == 8 ? launch<T, 8>(x, prepared_weight, bias, out, dtype, p, t, ep, stream)
+                     : launch<T, 16>(x, prepared_weight, bias, out, dtype, p, t, ep, stream);
+  });
+}
+
+}  // namespace cuda
+}  // namespace myops
