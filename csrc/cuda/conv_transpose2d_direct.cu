@@ -18,6 +18,7 @@ constexpr int kMaxStride = 32;             // per dimension (the tap tables are 
 constexpr double kMaxMacsPerOutput = 32;   // past this the FFMA work outweighs the stores
 constexpr size_t kSmemBudget = 72 * 1024;  // three blocks per SM
 constexpr int kMaxRows = 16;
+constexpr int kHaloBatch = 4;  // halo rows whose loads a warp has in flight together
 
 // The taps that reach residue r along one dimension (PhaseTaps in 32 bits: the host checks the
 // ranges), and the kernel's geometry, computed once on the host.
@@ -56,18 +57,21 @@ __device__ inline void accumulate(acc_t (&acc)[kCB], acc_t v, const acc_t* w) {
 }
 
 // Block: a th x kTW output tile (all phases) x kCB output channels of one group of image n.
-// Shared memory (acc_t): the group's weights for the block's channels [kH * kW][C_in_g][kCB], the
-// input halo [C_in_g][hrows][hcols] (zero outside the input: no bounds tests per tap), and the
-// output tile's accumulators [kCB][th][kTW].
-template <typename T, int kCB>
-__global__ void __launch_bounds__(kThreads, 3)
+// Shared memory (acc_t): the output tile's accumulators [kCB][th][kTW], the group's weights for
+// the block's channels [kH * kW][C_in_g][kCB], and the input halo [C_in_g][hrows][hcols] (zero
+// outside the input: no bounds tests per tap).
+// kStats: the call wants GroupNorm partials (a separate build: that epilogue's registers would
+// otherwise crowd the plain one's).
+// Three blocks per SM (80 registers); float64 two (its accumulators are twice the size).
+template <typename T, int kCB, bool kStats>
+__global__ void __launch_bounds__(kThreads, std::is_same<T, double>::value ? 2 : 3)
     conv_direct_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
                        T* __restrict__ out, ConvTranspose2dParams p, DirectGeometry geo, ConvEpilogue ep,
                        int64_t n_base, int64_t /*grid tiles*/) {
   using Traits = DTypeTraits<T>;
   using acc_t = typename Traits::acc_t;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ int64_t pix_off[2][kTW];  // double-buffered: one epilogue call per tile row
+  __shared__ acc_t bias_s[kCB];
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int sH = static_cast<int>(p.sH), sW = static_cast<int>(p.sW);
@@ -82,25 +86,46 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int iw0 = halo_origin(ow0, static_cast<int>(p.pW), static_cast<int>(p.dW), static_cast<int>(p.kW), sW);
   const int64_t c_blocks = (p.C_out_g + kCB - 1) / kCB;
   const int64_t g = blockIdx.y / c_blocks, oc0 = (blockIdx.y % c_blocks) * kCB;
+  const int c_valid = static_cast<int>(min(static_cast<int64_t>(kCB), p.C_out_g - oc0));
   const int taps = static_cast<int>(p.kH * p.kW), halo_plane = hrows * hcols, ldc = th * kTW;
 
-  acc_t* ws = reinterpret_cast<acc_t*>(smem_raw);
+  acc_t* tile = reinterpret_cast<acc_t*>(smem_raw);
+  acc_t* ws = tile + kCB * ldc;
   acc_t* xs = ws + taps * C_in_g * kCB;
-  acc_t* tile = xs + C_in_g * halo_plane;
-  const T* wt_group = wt + g * taps * p.C_in_g * p.C_out_g;
+  // tapless phases keep these zeros (16-byte stores: the tile is a multiple of 16 bytes)
+  for (int i = tid; i < kCB * ldc * static_cast<int>(sizeof(acc_t)) / 16; i += kThreads)
+    reinterpret_cast<uint4*>(tile)[i] = make_uint4(0, 0, 0, 0);
+  // group-relative offsets fit 32 bits (the host checks it)
+  const int C_out_g = static_cast<int>(p.C_out_g), H = static_cast<int>(p.H), W = static_cast<int>(p.W);
+  const T* wt_group = wt + g * taps * p.C_in_g * p.C_out_g + oc0;
   for (int idx = tid; idx < taps * C_in_g * kCB; idx += kThreads) {
     const int c = idx % kCB, tap_ic = idx / kCB;  // tap_ic = tap * C_in_g + ic
-    ws[idx] = oc0 + c < p.C_out_g ? Traits::to_acc(wt_group[tap_ic * p.C_out_g + oc0 + c]) : acc_t(0);
+    ws[idx] = c < c_valid ? Traits::to_acc(wt_group[tap_ic * C_out_g + c]) : acc_t(0);
   }
+  if (tid < kCB)
+    bias_s[tid] = bias != nullptr && tid < c_valid ? Traits::to_acc(bias[g * p.C_out_g + oc0 + tid]) : acc_t(0);
+  // The halo: lanes along a row (coalesced); a warp takes kHaloBatch rows at a time and issues
+  // their loads before its stores (one memory latency per batch, not per row).
   const T* x_group = x + (n * p.C_in + g * p.C_in_g) * p.H * p.W;
-  for (int idx = tid; idx < C_in_g * halo_plane; idx += kThreads) {
-    const int hc = idx % hcols, ic_hr = idx / hcols, hr = ic_hr % hrows, ic = ic_hr / hrows;
-    const int ih = ih0 + hr, iw = iw0 + hc;
-    xs[idx] = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W
-                  ? Traits::to_acc(x_group[(ic * p.H + ih) * p.W + iw])
-                  : acc_t(0);
+  const int halo_rows = C_in_g * hrows;
+  for (int hc = lane; hc < hcols; hc += 32) {
+    const int iw = iw0 + hc;
+    const bool col_inside = iw >= 0 && iw < W;
+    for (int row0 = warp * kHaloBatch; row0 < halo_rows; row0 += kWarps * kHaloBatch) {
+      acc_t v[kHaloBatch];
+      int ic = row0 / hrows, hr = row0 - ic * hrows;
+#pragma unroll
+      for (int b = 0; b < kHaloBatch; ++b) {
+        const int ih = ih0 + hr;
+        const bool inside = row0 + b < halo_rows && col_inside && ih >= 0 && ih < H;
+        v[b] = inside ? Traits::to_acc(x_group[(ic * H + ih) * W + iw]) : acc_t(0);
+        if (++hr == hrows) hr = 0, ++ic;
+      }
+#pragma unroll
+      for (int b = 0; b < kHaloBatch; ++b)
+        if (row0 + b < halo_rows) xs[(row0 + b) * hcols + hc] = v[b];
+    }
   }
-  for (int idx = tid; idx < kCB * ldc; idx += kThreads) tile[idx] = acc_t(0);  // no-tap phases: 0
   __syncthreads();
 
   // Work items: (phase, phase row in the tile, 32-pixel segment of it), dealt to warps round
@@ -147,22 +172,47 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
   __syncthreads();
 
-  // Tile rows out through the shared epilogue: each is one GroupNorm partials tile.
-  for (int r = 0; r < oh_end - oh0; ++r) {
-    const int64_t oh = oh0 + r;
-    conv_epilogue<T, kTW, kCB, kThreads>(
-        tile + r * kTW, ldc, bias, out, p, ep, n, g, oc0, oh * col_tiles + tile_col, p.OH * col_tiles, 1,
-        kTW, EpilogueThreads<>{tid, pix_off[r & 1]},
-        [&](int m) -> int64_t { return ow0 + m < OW ? oh * OW + ow0 + m : -1; });
+  const int rows_out = oh_end - oh0;
+  if constexpr (kStats) {
+    // With GroupNorm partials: the shared epilogue, one call (= one partials tile) per tile row.
+    __shared__ int64_t pix_off[2][kTW];  // double-buffered: a warp may enter the next call early
+    for (int r = 0; r < rows_out; ++r) {
+      const int64_t oh = oh0 + r;
+      conv_epilogue<T, kTW, kCB, kThreads>(
+          tile + r * kTW, ldc, bias, out, p, ep, n, g, oc0, oh * col_tiles + tile_col, p.OH * col_tiles, 1,
+          kTW, EpilogueThreads<>{tid, pix_off[r & 1]},
+          [&](int m) -> int64_t { return ow0 + m < OW ? oh * OW + ow0 + m : -1; });
+    }
+  } else {
+    // Plain output: a warp per (channel, tile row), lanes along the row (coalesced stores).
+    const int64_t plane = p.OH * p.OW;
+    T* out_tile = out + (n * p.C_out + g * p.C_out_g + oc0) * plane + static_cast<int64_t>(oh0) * OW + ow0;
+    const bool full_width = ow_end - ow0 == kTW;
+    with_activation<acc_t>(ep, [&](auto act) {
+      int c = 0, r = warp;
+      while (r >= rows_out && c < c_valid) r -= rows_out, ++c;
+      for (; c < c_valid;) {
+        T* dst = out_tile + c * plane + static_cast<int64_t>(r) * OW;
+        const acc_t* src = tile + c * ldc + r * kTW;
+        const acc_t b = bias_s[c];
+        acc_t v[kTW / 32];
+#pragma unroll
+        for (int j = 0; j < kTW / 32; ++j) v[j] = act(src[lane + 32 * j] + b);
+#pragma unroll
+        for (int j = 0; j < kTW / 32; ++j)
+          if (full_width || ow0 + lane + 32 * j < OW) dst[lane + 32 * j] = Traits::from_acc(v[j]);
+        for (r += kWarps; r >= rows_out && c < c_valid;) r -= rows_out, ++c;
+      }
+    });
   }
 }
 
 size_t acc_bytes(DType dtype) { return dtype == DType::F64 ? 8 : 4; }
 
-// Shared memory of a block: weights, halo, output tile.
+// Shared memory of a block: output tile, weights, halo.
 size_t direct_smem_bytes(const ConvTranspose2dParams& p, DType dtype, int cb, const DirectGeometry& geo) {
-  const int64_t words = p.kH * p.kW * p.C_in_g * cb + p.C_in_g * geo.hrows * geo.hcols +
-                        static_cast<int64_t>(cb) * geo.th * kTW;
+  const int64_t words = static_cast<int64_t>(cb) * geo.th * kTW + p.kH * p.kW * p.C_in_g * cb +
+                        p.C_in_g * geo.hrows * geo.hcols;
   return static_cast<size_t>(words) * acc_bytes(dtype);
 }
 
@@ -181,13 +231,13 @@ DirectGeometry direct_geometry(const ConvTranspose2dParams& p, int th) {
   return geo;
 }
 
-template <typename T, int kCB>
+template <typename T, int kCB, bool kStats>
 cudaError_t launch(const void* x, const void* wt, const void* bias, void* out, DType dtype,
                    const ConvTranspose2dParams& p, const DirectTiling& t, const ConvEpilogue& ep,
                    cudaStream_t stream) {
   const DirectGeometry geo = direct_geometry(p, t.th);
   const int64_t tiles = ceil_div_nonneg(p.OH, t.th) * ceil_div_nonneg(p.OW, kTW);
-  return launch_conv_grid(conv_direct_kernel<T, kCB>, kThreads, direct_smem_bytes(p, dtype, kCB, geo), stream,
+  return launch_conv_grid(conv_direct_kernel<T, kCB, kStats>, kThreads, direct_smem_bytes(p, dtype, kCB, geo), stream,
                           tiles, p.groups * ceil_div_nonneg(p.C_out_g, kCB), p.N, 1, static_cast<const T*>(x),
                           static_cast<const T*>(wt), static_cast<const T*>(bias), static_cast<T*>(out), p,
                           geo, ep);
@@ -200,7 +250,8 @@ DirectTiling conv_direct_tiling(const ConvTranspose2dParams& p, DType dtype) {
   // 32-bit coordinates inside the kernel (a tensor's offsets stay 64-bit)
   const int64_t lim = 0x3fffffff;
   if (p.OH > lim || p.OW > lim || p.H > lim || p.W > lim || p.pH > lim || p.pW > lim ||
-      p.dH * p.kH > lim || p.dW * p.kW > lim || p.C_in_g * p.H * p.W > lim)
+      p.dH * p.kH > lim || p.dW * p.kW > lim || p.C_in_g * p.H * p.W > lim ||
+      p.kH * p.kW * p.C_in_g * p.C_out_g > lim)
     return {};
   // Multiply-adds per output value, averaged over the phases: the taps spread over sH x sW phases.
   const double macs = static_cast<double>(p.C_in_g) * p.kH * p.kW / static_cast<double>(p.sH * p.sW);
@@ -225,8 +276,11 @@ cudaError_t conv_direct_forward(const void* x, const void* prepared_weight, cons
                                 const ConvEpilogue& ep, cudaStream_t stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    return t.cb == 8 ? launch<T, 8>(x, prepared_weight, bias, out, dtype, p, t, ep, stream)
-                     : launch<T, 16>(x, prepared_weight, bias, out, dtype, p, t, ep, stream);
+    if (ep.tile_stats != nullptr)
+      return t.cb == 8 ? launch<T, 8, true>(x, prepared_weight, bias, out, dtype, p, t, ep, stream)
+                       : launch<T, 16, true>(x, prepared_weight, bias, out, dtype, p, t, ep, stream);
+    return t.cb == 8 ? launch<T, 8, false>(x, prepared_weight, bias, out, dtype, p, t, ep, stream)
+                     : launch<T, 16, false>(x, prepared_weight, bias, out, dtype, p, t, ep, stream);
   });
 }
 
