@@ -141,13 +141,17 @@ __global__ void __launch_bounds__(kThreads, std::is_same<T, double>::value ? 2 :
       const ResidueRange cols = residue_range(ow0, ow_end, rw, sW);
       if (tc.count == 0 || cols.count == 0) continue;
       const int segments = (cols.count + 31) / 32, items = rows.count * segments;
+      // halo position of tap (0, 0) for the phase's first pixel in the tile: phase-grid
+      // coordinate + offset - halo origin (one step of the phase grid = one halo row / column)
+      const int hr_first = (rows.first - rh) / sH + tr.off0 - ih0;
+      const int hc_first = (cols.first - rw) / sW + tc.off0 - iw0;
       for (int item = ((warp - dealt) % kWarps + kWarps) % kWarps; item < items; item += kWarps) {
-        const int oh = rows.first + sH * (item / segments);
-        const int q = (item % segments) * 32 + lane;  // the lane's pixel among the phase row's
+        const int row = segments == 1 ? item : item / segments;
+        const int q = (item - row * segments) * 32 + lane;  // the lane's pixel among the phase row's
         const bool in_tile = q < cols.count;
-        const int ow = cols.first + sW * min(q, cols.count - 1);
-        // halo position of tap (0, 0): phase-grid coordinate + offset - halo origin
-        const int hr0 = (oh - rh) / sH + tr.off0 - ih0, hc0 = (ow - rw) / sW + tc.off0 - iw0;
+        const int q_safe = min(q, cols.count - 1);
+        const int hr0 = hr_first + row, hc0 = hc_first + q_safe;
+        const int oh = rows.first + sH * row, ow = cols.first + sW * q_safe;
         acc_t acc[kCB];
 #pragma unroll
         for (int c = 0; c < kCB; ++c) acc[c] = acc_t(0);
@@ -157,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same<T, double>::value ? 2 :
           for (int t_w = 0; t_w < tc.count; ++t_w) {
             const acc_t* xp = x_row - t_w * tc.off_step;
             const acc_t* wp = ws + (kh * static_cast<int>(p.kW) + tc.k0 + t_w * tc.step) * C_in_g * kCB;
-#pragma unroll 4
+#pragma unroll 2
             for (int ic = 0; ic < C_in_g; ++ic) accumulate<kCB>(acc, xp[ic * halo_plane], wp + ic * kCB);
           }
         }
@@ -184,24 +188,26 @@ __global__ void __launch_bounds__(kThreads, std::is_same<T, double>::value ? 2 :
           [&](int m) -> int64_t { return ow0 + m < OW ? oh * OW + ow0 + m : -1; });
     }
   } else {
-    // Plain output: a warp per (channel, tile row), lanes along the row (coalesced stores).
+    // Plain output: a warp per (tile row, quarter of the channels), lanes along the row
+    // (coalesced stores), pointers stepped per channel.
+    constexpr int kChPerUnit = kCB / 4;
     const int64_t plane = p.OH * p.OW;
     T* out_tile = out + (n * p.C_out + g * p.C_out_g + oc0) * plane + static_cast<int64_t>(oh0) * OW + ow0;
     const bool full_width = ow_end - ow0 == kTW;
     with_activation<acc_t>(ep, [&](auto act) {
-      int c = 0, r = warp;
-      while (r >= rows_out && c < c_valid) r -= rows_out, ++c;
-      for (; c < c_valid;) {
-        T* dst = out_tile + c * plane + static_cast<int64_t>(r) * OW;
-        const acc_t* src = tile + c * ldc + r * kTW;
-        const acc_t b = bias_s[c];
-        acc_t v[kTW / 32];
+      for (int unit = warp; unit < rows_out * 4; unit += kWarps) {
+        const int r = unit / 4, c_begin = (unit % 4) * kChPerUnit, c_end = min(c_begin + kChPerUnit, c_valid);
+        T* dst = out_tile + c_begin * plane + static_cast<int64_t>(r) * OW;
+        const acc_t* src = tile + c_begin * ldc + r * kTW;
+        for (int c = c_begin; c < c_end; ++c, dst += plane, src += ldc) {
+          const acc_t b = bias_s[c];
+          acc_t v[kTW / 32];
 #pragma unroll
-        for (int j = 0; j < kTW / 32; ++j) v[j] = act(src[lane + 32 * j] + b);
+          for (int j = 0; j < kTW / 32; ++j) v[j] = act(src[lane + 32 * j] + b);
 #pragma unroll
-        for (int j = 0; j < kTW / 32; ++j)
-          if (full_width || ow0 + lane + 32 * j < OW) dst[lane + 32 * j] = Traits::from_acc(v[j]);
-        for (r += kWarps; r >= rows_out && c < c_valid;) r -= rows_out, ++c;
+          for (int j = 0; j < kTW / 32; ++j)
+            if (full_width || ow0 + lane + 32 * j < OW) dst[lane + 32 * j] = Traits::from_acc(v[j]);
+        }
       }
     });
   }
