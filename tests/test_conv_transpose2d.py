@@ -134,3 +134,29 @@ def test_narrow_layers_strict_float32(device, monkeypatch):
     # the direct kernel's FFMA is exact whatever the TF32 setting: the tight float32 tolerance
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     check_random_configs(random.Random(516), 40, random_narrow_conv_config, torch.float32, device)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("case,kernel", [("narrow", "default"), ("wide", "default"), ("wide", "mma")])
+def test_outputs_over_2_31_elements(device, case, kernel, monkeypatch):
+    # bfloat16 outputs of more than 2^31 elements (4.3 GB): the direct kernel (1x1 taps, stride 2)
+    # and the tensor-core kernels (3x3 taps); the last channels, whose offsets pass 2^31, against
+    # float64 PyTorch on the same inputs
+    set_conv_kernel(monkeypatch, kernel)
+    torch.manual_seed(0)
+    if case == "narrow":
+        x = torch.randn(1, 4, 1024, 1040, device=device, dtype=torch.bfloat16)
+        w = torch.randn(4, 520, 1, 1, device=device, dtype=torch.bfloat16)
+        args = [[2, 2], [0, 0], [0, 0], 1, [1, 1]]
+    else:
+        x = torch.randn(1, 16, 1024, 1024, device=device, dtype=torch.bfloat16)
+        w = torch.randn(16, 2048, 3, 3, device=device, dtype=torch.bfloat16) * 0.3
+        args = [[1, 1], [0, 0], [0, 0], 1, [1, 1]]
+    b = torch.randn(w.shape[1], device=device, dtype=torch.bfloat16)
+    out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+    assert out.numel() > 2**31
+    for channels in (slice(0, 2), slice(-4, None)):
+        ref = F.conv_transpose2d(x.double(), w[:, channels].double(), b[channels].double(), *args[:3], 1, args[4])
+        assert_matches(out[:, channels], ref, tolerance(torch.bfloat16, device))
+    del out
+    torch.cuda.empty_cache()
