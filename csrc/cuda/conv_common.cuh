@@ -43,6 +43,15 @@ __host__ __device__ inline int64_t phase_extent(int64_t out, int64_t r, int64_t 
   return out > r ? (out - r + s - 1) / s : 0;
 }
 
+// Whether the call's sizes, paddings and kernel extents fit the 32-bit coordinates the tiled
+// kernels use inside a block (sums of two of them included); tensor offsets stay 64-bit.
+constexpr int64_t kInt32CoordLimit = 0x3fffffff;
+inline bool conv_coordinates_fit_int32(const ConvTranspose2dParams& p) {
+  const int64_t lim = kInt32CoordLimit;
+  return p.OH <= lim && p.OW <= lim && p.H <= lim && p.W <= lim && p.pH <= lim && p.pW <= lim &&
+         p.kH * p.kW <= lim && p.dH * p.kH <= lim && p.dW * p.kW <= lim;
+}
+
 // The taps that reach one phase along one dimension form an arithmetic progression
 // k = k0 + t * step (t < count); tap t reads input row i = j + off0 - t * off_step for output
 // row j of the phase. Block-uniform, so K loops have no per-thread tap tests.

@@ -94,12 +94,8 @@ inline int64_t phase_tiles_per_sample(const ConvTranspose2dParams& p, int th, in
 
 // Whether every field of the phase table fits (checked before a tiling is accepted).
 inline bool phase_table_fits(const ConvTranspose2dParams& p, int th, int tw) {
-  if (p.sH * p.sW > kMaxPhases) return false;
-  const int64_t lim = 0x3fffffff;
-  if (p.OH > lim || p.OW > lim || p.H > lim || p.W > lim || p.pH > lim || p.pW > lim ||
-      p.kH * p.kW > lim || p.dH * p.kH > lim || p.dW * p.kW > lim)
-    return false;
-  return phase_tiles_per_sample(p, th, tw) <= lim;
+  if (p.sH * p.sW > kMaxPhases || !conv_coordinates_fit_int32(p)) return false;
+  return phase_tiles_per_sample(p, th, tw) <= kInt32CoordLimit;
 }
 
 // The phase and the tile origin (row j0, column i0 of the phase grid) of tile index `block`.

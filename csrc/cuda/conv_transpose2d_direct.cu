@@ -190,13 +190,14 @@ __global__ void __launch_bounds__(kThreads, std::is_same<T, double>::value ? 2 :
   } else {
     // Plain output: a warp per (tile row, quarter of the channels), lanes along the row
     // (coalesced stores), pointers stepped per channel.
-    constexpr int kChPerUnit = kCB / 4;
+    constexpr int kUnitsPerRow = 4, kChPerUnit = kCB / kUnitsPerRow;
     const int64_t plane = p.OH * p.OW;
     T* out_tile = out + (n * p.C_out + g * p.C_out_g + oc0) * plane + static_cast<int64_t>(oh0) * OW + ow0;
     const bool full_width = ow_end - ow0 == kTW;
     with_activation<acc_t>(ep, [&](auto act) {
-      for (int unit = warp; unit < rows_out * 4; unit += kWarps) {
-        const int r = unit / 4, c_begin = (unit % 4) * kChPerUnit, c_end = min(c_begin + kChPerUnit, c_valid);
+      for (int unit = warp; unit < rows_out * kUnitsPerRow; unit += kWarps) {
+        const int r = unit / kUnitsPerRow, c_begin = (unit % kUnitsPerRow) * kChPerUnit;
+        const int c_end = min(c_begin + kChPerUnit, c_valid);
         T* dst = out_tile + c_begin * plane + static_cast<int64_t>(r) * OW;
         const acc_t* src = tile + c_begin * ldc + r * kTW;
         for (int c = c_begin; c < c_end; ++c, dst += plane, src += ldc) {
@@ -237,14 +238,18 @@ DirectGeometry direct_geometry(const ConvTranspose2dParams& p, int th) {
   return geo;
 }
 
+// Blocks per image and channel block: th-row x kTW-column tiles of the output.
+int64_t grid_tiles(const ConvTranspose2dParams& p, int th) {
+  return ceil_div_nonneg(p.OH, th) * ceil_div_nonneg(p.OW, kTW);
+}
+
 template <typename T, int kCB, bool kStats>
 cudaError_t launch(const void* x, const void* wt, const void* bias, void* out, DType dtype,
                    const ConvTranspose2dParams& p, const DirectTiling& t, const ConvEpilogue& ep,
                    cudaStream_t stream) {
   const DirectGeometry geo = direct_geometry(p, t.th);
-  const int64_t tiles = ceil_div_nonneg(p.OH, t.th) * ceil_div_nonneg(p.OW, kTW);
   return launch_conv_grid(conv_direct_kernel<T, kCB, kStats>, kThreads, direct_smem_bytes(p, dtype, kCB, geo), stream,
-                          tiles, p.groups * ceil_div_nonneg(p.C_out_g, kCB), p.N, 1, static_cast<const T*>(x),
+                          grid_tiles(p, t.th), p.groups * ceil_div_nonneg(p.C_out_g, kCB), p.N, 1, static_cast<const T*>(x),
                           static_cast<const T*>(wt), static_cast<const T*>(bias), static_cast<T*>(out), p,
                           geo, ep);
 }
@@ -253,11 +258,9 @@ cudaError_t launch(const void* x, const void* wt, const void* bias, void* out, D
 
 DirectTiling conv_direct_tiling(const ConvTranspose2dParams& p, DType dtype) {
   if (p.sH > kMaxStride || p.sW > kMaxStride || p.OH <= 0 || p.OW <= 0) return {};
-  // 32-bit coordinates inside the kernel (a tensor's offsets stay 64-bit)
-  const int64_t lim = 0x3fffffff;
-  if (p.OH > lim || p.OW > lim || p.H > lim || p.W > lim || p.pH > lim || p.pW > lim ||
-      p.dH * p.kH > lim || p.dW * p.kW > lim || p.C_in_g * p.H * p.W > lim ||
-      p.kH * p.kW * p.C_in_g * p.C_out_g > lim)
+  // 32-bit coordinates inside the kernel, and 32-bit offsets inside a group's input and weights
+  if (!conv_coordinates_fit_int32(p) || p.C_in_g * p.H * p.W > kInt32CoordLimit ||
+      p.kH * p.kW * p.C_in_g * p.C_out_g > kInt32CoordLimit)
     return {};
   // Multiply-adds per output value, averaged over the phases: the taps spread over sH x sW phases.
   const double macs = static_cast<double>(p.C_in_g) * p.kH * p.kW / static_cast<double>(p.sH * p.sW);
@@ -268,8 +271,7 @@ DirectTiling conv_direct_tiling(const ConvTranspose2dParams& p, DType dtype) {
   for (t.th = static_cast<int>(std::min<int64_t>(kMaxRows, p.OH)); t.th > 0; --t.th)
     if (direct_smem_bytes(p, dtype, t.cb, direct_geometry(p, t.th)) <= kSmemBudget) break;
   if (t.th == 0) return {};
-  const int64_t tiles = ceil_div_nonneg(p.OH, t.th) * ceil_div_nonneg(p.OW, kTW);
-  if (tiles > 0x7fffffff || p.groups * ceil_div_nonneg(p.C_out_g, t.cb) > 65535) return {};
+  if (grid_tiles(p, t.th) > 0x7fffffff || p.groups * ceil_div_nonneg(p.C_out_g, t.cb) > 65535) return {};
   return t;
 }
 
