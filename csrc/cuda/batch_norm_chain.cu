@@ -31,18 +31,6 @@ __global__ void channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int
   }
 }
 
-// Warp-level fixed-order combination of per-lane Moments (xor butterfly: every lane ends with
-// the same result, independent of scheduling).
-__device__ inline Moments warp_combine(Moments m) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    const Moments other{__shfl_xor_sync(0xffffffffu, m.n, o), __shfl_xor_sync(0xffffffffu, m.mean, o),
-                        __shfl_xor_sync(0xffffffffu, m.m2, o)};
-    m = (threadIdx.x & o) ? combine(other, m) : combine(m, other);
-  }
-  return m;
-}
-
 // The pooling window arithmetic in 32-bit (the host checks the ranges).
 struct PoolInts {
   int H, W, PH, PW, kH, kW, sH, sW, pH, pW, dH, dW;

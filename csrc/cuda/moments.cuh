@@ -30,6 +30,18 @@ __device__ inline Moments block_combine(Moments m) {
   return red[0];
 }
 
+// Warp-level fixed-order combination of per-lane Moments (xor butterfly: every lane ends with
+// the same result, independent of scheduling).
+__device__ inline Moments warp_combine(Moments m) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const Moments other{__shfl_xor_sync(0xffffffffu, m.n, o), __shfl_xor_sync(0xffffffffu, m.mean, o),
+                        __shfl_xor_sync(0xffffffffu, m.m2, o)};
+    m = (threadIdx.x & o) ? combine(other, m) : combine(m, other);
+  }
+  return m;
+}
+
 // Sums kCount doubles per thread across a block of kThreads (a power of two), tree over the
 // thread index; every thread gets the sums. Safe to call repeatedly (it waits for the previous
 // call's readers before reusing its scratch).

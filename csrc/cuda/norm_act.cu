@@ -117,6 +117,25 @@ __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64
   }
 }
 
+// The same for groups of few entries (small maps: a decoder's first layers, 2048 groups of 32
+// entries in the DCGAN demo), where a block per group is mostly idle threads and barriers: a
+// warp per group, kThreads / 32 groups per block.
+template <typename S>
+__global__ void group_stats_from_tiles_warp_kernel(const S* __restrict__ tiles, int64_t groups, int64_t per_group,
+                                                   double eps, double* __restrict__ mean,
+                                                   double* __restrict__ rstd) {
+  const int64_t group = blockIdx.x * int64_t(kThreads / 32) + threadIdx.x / 32;
+  if (group >= groups) return;  // whole warps: the shuffles below see all 32 lanes
+  const S* t = tiles + group * per_group * 3;
+  Moments acc{0, 0, 0};
+  for (int64_t i = threadIdx.x % 32; i < per_group; i += 32) acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
+  const Moments all = warp_combine(acc);
+  if (threadIdx.x % 32 == 0) {
+    mean[group] = all.mean;
+    rstd[group] = rsqrt(all.m2 / all.n + eps);
+  }
+}
+
 // ---- normalise -------------------------------------------------------------------------------
 // y = (x - mean) * (rstd * gamma) + beta for one (n, c) plane, folded once per plane (in float64).
 template <typename T>
@@ -275,14 +294,20 @@ cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int
   const int64_t groups = N * num_groups;
   if (groups == 0) return cudaSuccess;
   const int64_t per_group = (C / num_groups) * tiles;
-  if (dtype == DType::F64) {
-    group_stats_from_tiles_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
-        static_cast<const double*>(tile_stats), per_group, eps, mean, rstd);
-  } else {
-    group_stats_from_tiles_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
-        static_cast<const float*>(tile_stats), per_group, eps, mean, rstd);
-  }
-  return cudaGetLastError();
+  auto launch = [&](auto* stats) {
+    // up to 16 entries per lane: a warp per group (one wave instead of many idle blocks)
+    if (per_group <= 16 * 32) {
+      constexpr int64_t kGroupsPerBlock = kThreads / 32;
+      group_stats_from_tiles_warp_kernel<<<static_cast<unsigned>((groups + kGroupsPerBlock - 1) / kGroupsPerBlock),
+                                           kThreads, 0, stream>>>(stats, groups, per_group, eps, mean, rstd);
+    } else {
+      group_stats_from_tiles_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(stats, per_group, eps,
+                                                                                           mean, rstd);
+    }
+    return cudaGetLastError();
+  };
+  return dtype == DType::F64 ? launch(static_cast<const double*>(tile_stats))
+                             : launch(static_cast<const float*>(tile_stats));
 }
 
 cudaError_t group_norm_apply(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
