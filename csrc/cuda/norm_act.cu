@@ -101,36 +101,28 @@ __global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel,
 }
 
 // ---- GroupNorm statistics from the conv epilogue's tile partials -----------------------------
-template <typename S>
-__global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64_t per_group,
+// A team of threads per (n, group): the block, or (kWarpPerGroup) a warp for groups of few
+// entries (small maps: a decoder's first layers, 2048 groups of 32 entries in the DCGAN demo),
+// where a block per group is mostly idle threads and barriers.
+template <typename S, bool kWarpPerGroup>
+__global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64_t groups, int64_t per_group,
                                               double eps, double* __restrict__ mean,
                                               double* __restrict__ rstd) {
+  constexpr int kTeam = kWarpPerGroup ? 32 : kThreads;
+  const int64_t group = blockIdx.x * int64_t(kThreads / kTeam) + threadIdx.x / kTeam;
+  if (kWarpPerGroup && group >= groups) return;  // whole warps: the shuffles see all 32 lanes
   // the group's (channel, tile) entries are contiguous: [C_g][tiles][3]
-  const S* t = tiles + blockIdx.x * per_group * 3;
-  Moments acc{0, 0, 0};
-  for (int64_t i = threadIdx.x; i < per_group; i += kThreads)
-    acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
-  const Moments all = block_combine<kThreads>(acc);
-  if (threadIdx.x == 0) {
-    mean[blockIdx.x] = all.mean;
-    rstd[blockIdx.x] = rsqrt(all.m2 / all.n + eps);
-  }
-}
-
-// The same for groups of few entries (small maps: a decoder's first layers, 2048 groups of 32
-// entries in the DCGAN demo), where a block per group is mostly idle threads and barriers: a
-// warp per group, kThreads / 32 groups per block.
-template <typename S>
-__global__ void group_stats_from_tiles_warp_kernel(const S* __restrict__ tiles, int64_t groups, int64_t per_group,
-                                                   double eps, double* __restrict__ mean,
-                                                   double* __restrict__ rstd) {
-  const int64_t group = blockIdx.x * int64_t(kThreads / 32) + threadIdx.x / 32;
-  if (group >= groups) return;  // whole warps: the shuffles below see all 32 lanes
   const S* t = tiles + group * per_group * 3;
   Moments acc{0, 0, 0};
-  for (int64_t i = threadIdx.x % 32; i < per_group; i += 32) acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
-  const Moments all = warp_combine(acc);
-  if (threadIdx.x % 32 == 0) {
+  for (int64_t i = threadIdx.x % kTeam; i < per_group; i += kTeam)
+    acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
+  Moments all;
+  if constexpr (kWarpPerGroup) {
+    all = warp_combine(acc);
+  } else {
+    all = block_combine<kThreads>(acc);
+  }
+  if (threadIdx.x % kTeam == 0) {
     mean[group] = all.mean;
     rstd[group] = rsqrt(all.m2 / all.n + eps);
   }
@@ -294,20 +286,22 @@ cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int
   const int64_t groups = N * num_groups;
   if (groups == 0) return cudaSuccess;
   const int64_t per_group = (C / num_groups) * tiles;
-  auto launch = [&](auto* stats) {
+  auto launch = [&](auto tag) {  // S: the partials' type
+    using S = decltype(tag);
+    const S* stats = static_cast<const S*>(tile_stats);
     // up to 16 entries per lane: a warp per group (one wave instead of many idle blocks)
     if (per_group <= 16 * 32) {
       constexpr int64_t kGroupsPerBlock = kThreads / 32;
-      group_stats_from_tiles_warp_kernel<<<static_cast<unsigned>((groups + kGroupsPerBlock - 1) / kGroupsPerBlock),
-                                           kThreads, 0, stream>>>(stats, groups, per_group, eps, mean, rstd);
+      group_stats_from_tiles_kernel<S, true>
+          <<<static_cast<unsigned>((groups + kGroupsPerBlock - 1) / kGroupsPerBlock), kThreads, 0, stream>>>(
+              stats, groups, per_group, eps, mean, rstd);
     } else {
-      group_stats_from_tiles_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(stats, per_group, eps,
-                                                                                           mean, rstd);
+      group_stats_from_tiles_kernel<S, false>
+          <<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(stats, groups, per_group, eps, mean, rstd);
     }
     return cudaGetLastError();
   };
-  return dtype == DType::F64 ? launch(static_cast<const double*>(tile_stats))
-                             : launch(static_cast<const float*>(tile_stats));
+  return dtype == DType::F64 ? launch(double{}) : launch(float{});
 }
 
 cudaError_t group_norm_apply(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
