@@ -17,6 +17,7 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
     (1, 16, 48, 1, 20, 18, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True),  # wgmma's shapes
     (1, 8, 40, 1, 12, 13, (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), False),
     (1, 16, 64, 1, 15, 12, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True),   # wgmma's 17-row strips
+    (1, 12, 64, 1, 30, 32, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True),   # wgmma, float32 input via TMA
     (2, 6, 20, 2, 9, 40, (3, 4), (2, 3), (1, 1), (0, 1), (1, 2), True),     # direct: several tiles
 ]
 worst = 0.0

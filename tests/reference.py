@@ -86,6 +86,15 @@ def random_wide_conv_config(rng: random.Random):
             return cfg
 
 
+def random_tma_conv_config(rng: random.Random):
+    """A wide configuration whose input rows are a multiple of 16 bytes in every dtype (W a
+    multiple of 8): the Hopper kernel then loads its input through TMA, boxes reaching past the
+    input's edges and channel tails included."""
+    cfg = random_wide_conv_config(rng)
+    cfg["W"] = 8 * rng.randint(2, 5)
+    return cfg
+
+
 def random_narrow_conv_config(rng: random.Random):
     """A random configuration with few multiply-adds per output value (C_in / groups x kH x kW /
     (sH x sW) <= 32) on maps of up to ~200 output columns and rows: the shapes the CUDA direct
@@ -105,10 +114,12 @@ def random_narrow_conv_config(rng: random.Random):
 
 # The CUDA conv kernel a test runs through (the switches are read per call; plans are cached per
 # setting): "default" is the choice as shipped, "mma" the mma.sync kernel alone, "wgmma" the Hopper
-# kernel on every call it can run (elsewhere, and off sm_90, the choice as shipped), "generic" the
-# generic implicit-GEMM kernel alone.
+# kernel on every call it can run (elsewhere, and off sm_90, the choice as shipped; its input
+# through TMA where the layout allows), "wgmma_no_tma" the same with the input loaded through
+# registers, "generic" the generic implicit-GEMM kernel alone.
 CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1", "MYOPS_DISABLE_DIRECT": "1"},
                         "wgmma": {"MYOPS_FORCE_WGMMA": "1"},
+                        "wgmma_no_tma": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_DISABLE_TMA": "1"},
                         "generic": {"MYOPS_DISABLE_MMA": "1", "MYOPS_DISABLE_DIRECT": "1"}}
 
 

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_narrow_conv_config, random_wide_conv_config, ref_conv_transpose2d, set_conv_kernel,
-                       tolerance)
+                       random_narrow_conv_config, random_tma_conv_config, random_wide_conv_config,
+                       ref_conv_transpose2d, set_conv_kernel, tolerance)
 
 def check_random_configs(rng, count, make_config, dtype, device):
     """myops.conv_transpose2d against float64 PyTorch on `count` configurations from make_config."""
@@ -108,6 +108,34 @@ def test_wide_layers_random_configs(device, dtype, kernel, monkeypatch):
     # the mma.sync kernel alone, and (on an H100) the wgmma kernel on every config it can run
     set_conv_kernel(monkeypatch, kernel)
     check_random_configs(random.Random(4242), 40, random_wide_conv_config, dtype, device)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma_no_tma"])
+def test_tma_layers_random_configs(device, kernel, monkeypatch):
+    # float32 wide layers whose input rows TMA can address: the Hopper kernel's TMA input path
+    # (boxes from 16-byte aligned columns, zero fill past the input's edges, the next group's
+    # channels masked) and, for the same configs, its register path
+    set_conv_kernel(monkeypatch, kernel)
+    check_random_configs(random.Random(4343), 40, random_tma_conv_config, torch.float32, device)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+def test_unaligned_input_without_tma(device, monkeypatch):
+    # an input view 8 bytes past an aligned address: TMA cannot map it, the call loads through
+    # registers instead (same plan), with the same result as the aligned copy through TMA
+    set_conv_kernel(monkeypatch, "wgmma")
+    torch.manual_seed(0)
+    dtype = torch.float32
+    base = torch.randn(2 * 24 * 16 * 32 + 2, device=device, dtype=dtype)
+    x = base[2:].view(2, 24, 16, 32)
+    assert x.data_ptr() % 16 != 0
+    w = torch.randn(24, 64, 3, 3, device=device, dtype=dtype) * 0.3
+    b = torch.randn(64, device=device, dtype=dtype)
+    args = [[1, 1], [1, 1], [0, 0], 1, [1, 1]]
+    out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+    assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
+    assert torch.equal(out, torch.ops.myops.conv_transpose2d(x.clone(), w, b, *args))
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])

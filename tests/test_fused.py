@@ -7,8 +7,8 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_narrow_conv_config, random_wide_conv_config, ref_fused, set_conv_kernel,
-                       tolerance)
+                       random_narrow_conv_config, random_tma_conv_config, random_wide_conv_config, ref_fused,
+                       set_conv_kernel, tolerance)
 
 RANDOM_RUNS = [(torch.float32, 100), (torch.float64, 30), (torch.bfloat16, 30), (torch.float16, 30)]
 
@@ -112,6 +112,14 @@ def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
     # shipped, the mma.sync kernel alone, and (on an H100) the wgmma kernel wherever it can run
     set_conv_kernel(monkeypatch, kernel)
     check_random_fused(random.Random(2024), 20, dtype, device, random_wide_conv_config)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma_no_tma"])
+def test_tma_layers_random_configs_chain(device, kernel, monkeypatch):
+    # the Hopper kernel's float32 TMA input path (and its register path) under the fused epilogue
+    set_conv_kernel(monkeypatch, kernel)
+    check_random_fused(random.Random(2027), 20, torch.float32, device, random_tma_conv_config)
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])

@@ -38,7 +38,7 @@ inline PhaseTile phase_tile(const ConvTranspose2dParams& p, int th, int tw, int6
 
 // The most taps and the largest halo (pixels) over a tiling's phases: they size a pipeline stage.
 struct PhaseMaxima {
-  int taps = 0, halo = 0;
+  int taps = 0, halo = 0, halo_rows = 0, halo_cols = 0;
 };
 inline PhaseMaxima phase_maxima(const ConvTranspose2dParams& p, int th, int tw) {
   PhaseMaxima m;
@@ -47,6 +47,8 @@ inline PhaseMaxima phase_maxima(const ConvTranspose2dParams& p, int th, int tw) 
       const PhaseTile ph = phase_tile(p, th, tw, rh, rw);
       m.taps = std::max<int>(m.taps, static_cast<int>(ph.th.count * ph.tw.count));
       m.halo = std::max(m.halo, ph.hrows * ph.hcols);
+      m.halo_rows = std::max(m.halo_rows, ph.hrows);
+      m.halo_cols = std::max(m.halo_cols, ph.hcols);
     }
   return m;
 }
@@ -110,6 +112,14 @@ __device__ inline TileOrigin locate_tile(const PhaseTable& phases, int block, in
   return {pi, (tile / ph.tiles_w) * th, (tile % ph.tiles_w) * tw};
 }
 
+// The input pixel at the top-left of a tile's halo (row, column; may lie outside the input).
+__device__ inline int64_t halo_row0(const PhaseEntry& ph, int j0) {
+  return j0 + ph.off0_h - int64_t(ph.count_h - 1) * ph.off_step_h;
+}
+__device__ inline int64_t halo_col0(const PhaseEntry& ph, int i0) {
+  return i0 + ph.off0_w - int64_t(ph.count_w - 1) * ph.off_step_w;
+}
+
 // Tap index in phase order (phases row-major by residue, then t_h-major within a phase: the order
 // of the prepared weights) -> kernel position (kh, kw). Weight preparation calls it per word, so
 // it reads the host-built table instead of recomputing the phases' taps.
@@ -132,6 +142,23 @@ cudaError_t dispatch_prepare_index(int64_t total, F&& launch) {
 
 __device__ inline uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// A load at a 32-bit shared address. (Box reads through a generic pointer kept 64-bit addresses
+// per element: the bfloat16 TMA producer spilled 384 bytes.) Volatile: stays after the mbarrier
+// wait that makes the data visible.
+template <typename Raw>
+__device__ inline Raw ld_shared(uint32_t addr);
+template <>
+__device__ inline float ld_shared<float>(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+template <>
+__device__ inline unsigned short ld_shared<unsigned short>(uint32_t addr) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+  return v;
 }
 __device__ inline void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));

@@ -8,6 +8,7 @@
 #include "cuda/conv_tile_geometry.cuh"
 #include "cuda/conv_transpose2d_wgmma.cuh"
 #include "cuda/hopper_pipeline.cuh"
+#include "cuda/input_tensor_map.cuh"
 #include "cuda/wgmma_epilogue.cuh"
 #include "cuda/wgmma_ops.cuh"
 
@@ -40,30 +41,97 @@ constexpr int kMaxHalo = 512;     // halo pixels per tile (4 per producer thread
 constexpr int kPxPerThread = kMaxHalo / kWarpgroup;
 constexpr int kTapBytes = 2 * kBlockCh * 16;  // A of one tap and chunk: 2 K-planes x 64 rows x 16 B
 constexpr int kMaxStages = 4;
-// full[kMaxStages], empty[kMaxStages] and (ping-pong) turn[2] mbarriers, padded
-constexpr int kBarrierBytes = 128;
+constexpr int kMaxBoxSlots = 4;  // TMA input boxes in flight
+// mbarriers full[kMaxStages], empty[kMaxStages], (ping-pong) turn[2], box_full[kMaxBoxSlots],
+// box_empty[kMaxBoxSlots], padded to keep the pipeline 128-byte aligned (TMA destinations)
+constexpr int kTurnBarrier = 2 * kMaxStages, kBoxBarrier = kTurnBarrier + 2;
+constexpr int kBarrierBytes = 256;
+static_assert(8 * (kBoxBarrier + 2 * kMaxBoxSlots) <= kBarrierBytes, "mbarriers overflow their area");
 constexpr size_t kMaxSmem = 227 * 1024;
 constexpr size_t kTwoBlocksSmem = 113 * 1024;
+
+// The input box a tile's chunk reads through TMA: the largest phase halo, its first column moved
+// down to a 16-byte boundary (TMA reads from 16-byte aligned addresses only; H100: an illegal
+// instruction otherwise) and its rows padded to 16 bytes.
+InputBox wg_input_box(const ConvTranspose2dParams& p, int rows, int q, DType dtype) {
+  const PhaseMaxima most = phase_maxima(p, rows, 8 * q);
+  const int align = 16 / dtype_bytes(dtype);
+  return {(most.halo_cols + 2 * align - 2) / align * align, most.halo_rows, chunk_channels(dtype)};
+}
+
+// The box's first input column for a halo starting at column col0 (possibly negative): col0
+// rounded down to 16 bytes of Raw.
+template <typename Raw>
+__device__ inline int64_t box_col0(int64_t col0) {
+  constexpr int kAlign = 16 / sizeof(Raw);
+  return col0 - ((col0 % kAlign) + kAlign) % kAlign;
+}
 
 struct WgSmem {
   int halo_plane;   // bytes between the two K-planes of a stage's halo (the B operand's K stride)
   int halo_bytes;   // one stage of halo
   int stage_bytes;  // halo + the most taps' weights
   int c_ld;         // epilogue Cs row stride (floats)
+  // TMA (box_slots > 0): the ring of raw input boxes after the stages, one box per slot
+  int box_slots, box_cols, box_rows;
+  uint32_t box_offset, box_bytes, box_slot_bytes;  // offset from the pipeline start
   size_t bytes;     // mbarriers + the whole pipeline (or the epilogue's Cs and offsets, if larger)
 };
 
-WgSmem wg_smem(const ConvTranspose2dParams& p, int rows, int q, int stages) {
+WgSmem wg_smem(const ConvTranspose2dParams& p, int rows, int q, int stages, DType dtype, int box_slots) {
   const PhaseMaxima most = phase_maxima(p, rows, 8 * q);
+  const InputBox box = wg_input_box(p, rows, q, dtype);
   WgSmem s;
   s.halo_plane = most.halo * 16;
   s.halo_bytes = 2 * s.halo_plane;
   s.stage_bytes = s.halo_bytes + most.taps * kTapBytes;
   s.c_ld = epilogue_pixels(rows, q) + 8;
+  s.box_slots = box_slots;
+  s.box_cols = box.cols;
+  s.box_rows = box.rows;
+  s.box_bytes = static_cast<uint32_t>(box.cols * box.rows * box.channels * dtype_bytes(dtype));
+  s.box_slot_bytes = (s.box_bytes + 127) / 128 * 128;
+  s.box_offset = static_cast<uint32_t>((static_cast<size_t>(stages) * s.stage_bytes + 127) / 128 * 128);
+  const size_t pipeline = box_slots > 0 ? s.box_offset + size_t(box_slots) * s.box_slot_bytes
+                                        : static_cast<size_t>(stages) * s.stage_bytes;
   const size_t epilogue = 4 * kBlockCh * s.c_ld + 8 * epilogue_pixels(rows, q);
-  s.bytes = kBarrierBytes + std::max(static_cast<size_t>(stages) * s.stage_bytes, epilogue);
+  s.bytes = kBarrierBytes + std::max(pipeline, epilogue);
   return s;
 }
+
+// The TMA producer's ring of input boxes: box `seq` of the block's chunk sequence lands in slot
+// seq % slots; full(r) completes with the box's bytes (one arrival: the issuing thread), empty(r)
+// once the producer warpgroup has read the box (128 arrivals).
+struct BoxRing {
+  uint32_t bars, base;  // shared addresses: box_full[0], slot 0
+  const WgSmem& sl;
+  __device__ BoxRing(uint8_t* smem, const WgSmem& sl_)
+      : bars(smem_addr(smem) + 8 * kBoxBarrier), base(smem_addr(smem) + kBarrierBytes + sl_.box_offset), sl(sl_) {}
+  __device__ uint32_t full(int r) const { return bars + 8 * r; }
+  __device__ uint32_t empty(int r) const { return bars + 8 * (kMaxBoxSlots + r); }
+  __device__ void init() const {
+    for (int r = 0; r < sl.box_slots; ++r) {
+      mbar_init(full(r), 1);
+      mbar_init(empty(r), kWarpgroup);
+    }
+  }
+  // One thread: box `seq` at input column col0, row row0, channel ch of image n, once its slot's
+  // previous box has been read.
+  __device__ void issue(const CUtensorMap& map, int seq, int64_t col0, int64_t row0, int64_t ch, int64_t n) const {
+    const int r = seq % sl.box_slots;
+    if (seq >= sl.box_slots) mbar_wait(empty(r), (seq / sl.box_slots - 1) & 1);
+    mbar_arrive_expect_tx(full(r), sl.box_bytes);
+    tma_load_4d(base + r * sl.box_slot_bytes, &map, static_cast<int>(col0), static_cast<int>(row0),
+                static_cast<int>(ch), static_cast<int>(n), full(r));
+  }
+  // The shared address of box `seq` ([channel][row][column]), once it has landed.
+  __device__ uint32_t acquire(int seq) const {
+    const int r = seq % sl.box_slots;
+    mbar_wait(full(r), (seq / sl.box_slots) & 1);
+    return base + r * sl.box_slot_bytes;
+  }
+  __device__ void release(int seq) const { mbar_arrive(empty(seq % sl.box_slots)); }
+};
 
 // One strip's MMA: m64n(8R), 4R accumulators per thread.
 template <typename T, int R>
@@ -129,8 +197,7 @@ struct HaloStager {
   __device__ HaloStager(const T* x, const ConvTranspose2dParams& p_, const PhaseEntry& ph, const TileOrigin& origin,
                         int64_t n, int64_t g)
       : p(p_), x_image(reinterpret_cast<const Raw*>(x) + (n * p_.C_in + g * p_.C_in_g) * p_.H * p_.W) {
-    const int64_t row0 = origin.j0 + ph.off0_h - (ph.count_h - 1) * ph.off_step_h;
-    const int64_t col0 = origin.i0 + ph.off0_w - (ph.count_w - 1) * ph.off_step_w;
+    const int64_t row0 = halo_row0(ph, origin.j0), col0 = halo_col0(ph, origin.i0);
     const int hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
 #pragma unroll
     for (int k = 0; k < kPxPerThread; ++k) {
@@ -176,12 +243,13 @@ struct HaloStager {
 // Stage s holds chunk c = s + k * stages in its k-th round. full[s] completes when the producer
 // warpgroup has stored the chunk's halo (128 arrivals) and the chunk's weights have landed (bulk
 // copy bytes); empty[s] when the consumer's MMAs that read it have finished (128 arrivals).
-template <typename T, int Q, int R>
+// kTma: the chunks' input boxes arrive through TMA, sl.box_slots chunks ahead (BoxRing).
+template <typename T, int Q, int R, bool kTma>
 __global__ void __launch_bounds__(kThreads, 2)
     conv_wgmma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
-                      ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t n_base,
-                      int64_t tiles_per_sample) {
+                      ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases,
+                      const __grid_constant__ CUtensorMap input_map, int64_t n_base, int64_t tiles_per_sample) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
   constexpr int kTW = 8 * Q, kStrip = 8 * R, kBM = epilogue_pixels(R, Q);
@@ -191,11 +259,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto full = [&](int s) { return bars + 8 * s; };
   auto empty = [&](int s) { return bars + 8 * (kMaxStages + s); };
   auto stage = [&](int s) { return static_cast<uint32_t>(s * sl.stage_bytes); };  // from pipe
+  const BoxRing boxes(smem, sl);
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       mbar_init(full(s), kWarpgroup);
       mbar_init(empty(s), kWarpgroup);
     }
+    if (kTma) boxes.init();
   }
   __syncthreads();
 
@@ -225,10 +295,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint32_t* w_block = wprep + (g * col_tiles + ct) * n_chunks * w_chunk_words + ph.tap_base * (kTapBytes / 4);
     const Raw* x_image = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
 
-    // Halo pixels this thread stages (offsets in a channel plane are 32-bit: the host checks
+    // Halo pixels this thread stages. kTma: offsets in the chunk's input box (TMA zero-filled
+    // what lies outside the input). Else offsets in a channel plane (32-bit: the host checks
     // 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
-    const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
-    const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
+    const int64_t row0 = halo_row0(ph, j0), col0 = halo_col0(ph, i0);
+    const int shift = kTma ? static_cast<int>(col0 - box_col0<Raw>(col0)) : 0;  // halo column 0 in the box
     int src[kPxPerThread];
     unsigned inside = 0, present = 0;
 #pragma unroll
@@ -238,10 +309,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (h < hpx) {
         present |= 1u << k;
         const int hr = h / hcols, hc = h - hr * hcols;
-        const int64_t ih = row0 + hr, iw = col0 + hc;
-        if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
-          src[k] = static_cast<int>(ih * p.W + iw);
+        if constexpr (kTma) {
+          src[k] = (hr * sl.box_cols + hc + shift) * static_cast<int>(sizeof(Raw));  // bytes
           inside |= 1u << k;
+        } else {
+          const int64_t ih = row0 + hr, iw = col0 + hc;
+          if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
+            src[k] = static_cast<int>(ih * p.W + iw);
+            inside |= 1u << k;
+          }
         }
       }
     }
@@ -249,13 +325,24 @@ __global__ void __launch_bounds__(kThreads, 2)
     int ch_valid = 0;
     auto load_halo = [&](int chunk) {
       ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - int64_t(chunk) * kCh));
-      const Raw* first = x_image + int64_t(chunk) * kCh * HW;
+      if constexpr (kTma) {
+        const uint32_t box = boxes.acquire(chunk);
+        const int plane_bytes = sl.box_rows * sl.box_cols * static_cast<int>(sizeof(Raw));
 #pragma unroll
-      for (int c = 0; c < kCh; ++c) {
-        const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
+        for (int c = 0; c < kCh; ++c)
 #pragma unroll
-        for (int k = 0; k < kPxPerThread; ++k)
-          if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
+          for (int k = 0; k < kPxPerThread; ++k)
+            if ((present >> k) & 1u) staged[k][c] = ld_shared<Raw>(box + c * plane_bytes + src[k]);
+        boxes.release(chunk);
+      } else {
+        const Raw* first = x_image + int64_t(chunk) * kCh * HW;
+#pragma unroll
+        for (int c = 0; c < kCh; ++c) {
+          const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
+#pragma unroll
+          for (int k = 0; k < kPxPerThread; ++k)
+            if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
+        }
       }
     };
     auto store_halo = [&](uint8_t* dst) {
@@ -270,7 +357,13 @@ __global__ void __launch_bounds__(kThreads, 2)
         *reinterpret_cast<uint4*>(dst + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
       }
     };
-    // One chunk of loads in flight per thread (two measured 4% slower on the seed layers).
+    // kTma: thread 0 issues chunk c's box box_slots chunks ahead of its use
+    auto issue_box = [&](int c) {
+      if (kTma && c < n_chunks) boxes.issue(input_map, c, box_col0<Raw>(col0), row0, g * p.C_in_g + int64_t(c) * kCh, n);
+    };
+    if (kTma && tid == 0)
+      for (int c = 0; c < sl.box_slots; ++c) issue_box(c);
+    // Without TMA, one chunk of loads in flight per thread (two measured 4% slower on the seed layers).
     load_halo(0);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = c % stages, round = c / stages;
@@ -278,6 +371,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (tid == 0) {
         mbar_expect_tx(full(s), w_bytes);
         bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_block + c * w_chunk_words, w_bytes, full(s));
+        if (kTma) issue_box(c + sl.box_slots);  // into chunk c's slot, read by load_halo(c)
       }
       store_halo(smem + kBarrierBytes + stage(s));
       fence_proxy_async_shared();
@@ -396,7 +490,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
   const uint32_t bars = smem_addr(smem), pipe = bars + kBarrierBytes;
   auto full = [&](int s) { return bars + 8 * s; };
   auto empty = [&](int s) { return bars + 8 * (kMaxStages + s); };
-  auto turn = [&](int c) { return bars + 8 * (2 * kMaxStages + c); };
+  auto turn = [&](int c) { return bars + 8 * (kTurnBarrier + c); };
   auto stage = [&](int s) { return static_cast<uint32_t>(s * sl.stage_bytes); };  // from pipe
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
@@ -530,24 +624,30 @@ __global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* _
   }
 }
 
+// map: the input's TMA map, or null (the producer then loads through registers).
 template <typename T, int Q, int R>
 cudaError_t launch_tile(const void* x, const void* wprep, const void* bias, void* out,
-                     const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
-                     cudaStream_t stream) {
+                        DType dtype, const ConvTranspose2dParams& p, const WgmmaTiling& t,
+                        const ConvEpilogue& ep, const CUtensorMap* map, cudaStream_t stream) {
   const int64_t tiles = conv_wgmma_tiles_per_sample(p, t);
   const int64_t col_tiles = p.groups * ceil_div(p.C_out_g, kBlockCh);
-  const WgSmem sl = wg_smem(p, R, Q, t.stages);
-  return launch_conv_grid(conv_wgmma_kernel<T, Q, R>, kThreads, sl.bytes, stream, tiles, col_tiles, p.N, 1,
-                          static_cast<const T*>(x), static_cast<const uint32_t*>(wprep),
-                          static_cast<const T*>(bias), static_cast<T*>(out), p, ep, sl, t.stages,
-                          phase_table(p, R, 8 * Q));
+  const int stages = map ? t.tma_stages : t.stages;
+  const WgSmem sl = wg_smem(p, R, Q, stages, dtype, map ? t.box_slots : 0);
+  auto go = [&](auto kernel) {
+    return launch_conv_grid(kernel, kThreads, sl.bytes, stream, tiles, col_tiles, p.N, 1, static_cast<const T*>(x),
+                            static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias), static_cast<T*>(out),
+                            p, ep, sl, stages, phase_table(p, R, 8 * Q), map ? *map : CUtensorMap{});
+  };
+  if constexpr (std::is_same<T, float>::value)  // the only dtype the tiling gives TMA (see there)
+    if (map) return go(conv_wgmma_kernel<T, Q, R, true>);
+  return go(conv_wgmma_kernel<T, Q, R, false>);
 }
 
 // The ping-pong kernel: persistent blocks, one per SM (or per tile, if fewer tiles).
 template <typename T, int Q, int R>
 cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, void* out,
-                            const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
-                            cudaStream_t stream) {
+                            DType dtype, const ConvTranspose2dParams& p, const WgmmaTiling& t,
+                            const ConvEpilogue& ep, cudaStream_t stream) {
   const int64_t tiles = conv_wgmma_tiles_per_sample(p, t);
   const int64_t total = tiles * p.groups * ceil_div(p.C_out_g, kBlockCh) * p.N;
   if (total == 0) return cudaSuccess;
@@ -555,7 +655,7 @@ cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, 
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
-  const WgSmem sl = wg_smem(p, R, Q, t.stages);
+  const WgSmem sl = wg_smem(p, R, Q, t.stages, dtype, 0);
   auto kernel = conv_wgmma_pingpong_kernel<T, Q, R>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sl.bytes));
   if (err != cudaSuccess) return err;
@@ -566,18 +666,18 @@ cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, 
 }
 
 template <typename T>
-cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out,
+cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out, DType dtype,
                    const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
-                   cudaStream_t stream) {
-  if (t.q == 2 && t.rows == 16) return launch_tile<T, 2, 16>(x, wprep, bias, out, p, t, ep, stream);
-  if (t.q == 2 && t.rows == 17) return launch_pingpong<T, 2, 17>(x, wprep, bias, out, p, t, ep, stream);
+                   const CUtensorMap* map, cudaStream_t stream) {
+  if (t.q == 2 && t.rows == 16) return launch_tile<T, 2, 16>(x, wprep, bias, out, dtype, p, t, ep, map, stream);
+  if (t.q == 2 && t.rows == 17) return launch_pingpong<T, 2, 17>(x, wprep, bias, out, dtype, p, t, ep, stream);
   return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
 WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
-                              bool force) {
+                              bool force, bool allow_tma) {
   if (device_sm != 90) return {};
   if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
   // 64-channel blocks: for 32 or fewer channels per group the mma.sync kernel's narrower blocks
@@ -628,10 +728,33 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   if (!force && blocks_per_sm(rows) == 1 && ceil_div(p.C_in_g, chunk_channels(dtype)) < 4) return {};
   // Two blocks per SM (one's epilogue runs under the other's MMAs) with the deepest pipeline
   // that fits, else one block with up to kMaxStages.
-  for (const size_t budget : {kTwoBlocksSmem, kMaxSmem})
-    for (int s = kMaxStages; s >= 2 && (budget == kMaxSmem || blocks_per_sm(rows) == 2); --s)
-      if (wg_smem(p, rows, q, s).bytes <= budget) return {q, rows, s};
-  return {};
+  WgmmaTiling t{q, rows, 0};
+  auto fits = [&](size_t budget, int stages, int box_slots) {
+    return (budget == kMaxSmem || blocks_per_sm(rows) == 2) && wg_smem(p, rows, q, stages, dtype, box_slots).bytes <= budget;
+  };
+  for (const size_t budget : {kTwoBlocksSmem, kMaxSmem}) {
+    for (int s = kMaxStages; s >= 2 && t.stages == 0; --s)
+      if (fits(budget, s, 0)) t.stages = s;
+    if (t.stages > 0) break;
+  }
+  if (t.stages == 0) return {};
+  // TMA input boxes, several chunks ahead (the register path has one chunk of loads in flight):
+  // float32 with two blocks per SM only. H100, conv alone, ms, register path / best TMA pipeline
+  // (stages, boxes): L2_19 3.754 / 3.376 (3, 2), L1_57 3.884 / 3.339; but bfloat16 L2_19 2.447 /
+  // 2.615, L1_57 2.929 / 2.744, and the ping-pong kernel (L2_11) 1.048 / 1.320 float32, 0.774 /
+  // 0.847 bfloat16: the box costs a second pass through shared memory (TMA writes it, the producer
+  // reads it back to transpose), which the MMAs' operand reads already keep busy, more so at 16
+  // bits. Where the boxes only fit one block per SM (L1_65: 21 taps per stage) it lost 33%.
+  if (allow_tma && dtype == DType::F32 && blocks_per_sm(rows) == 2 && fits(kTwoBlocksSmem, t.stages, 0) &&
+      input_box_supported(p, dtype, wg_input_box(p, rows, q, dtype))) {
+    constexpr int kPipelines[][2] = {{3, 2}, {2, 3}, {2, 2}};  // (stages, boxes), best first
+    for (const auto& c : kPipelines)
+      if (t.box_slots == 0 && fits(kTwoBlocksSmem, c[0], c[1])) {
+        t.tma_stages = c[0];
+        t.box_slots = c[1];
+      }
+  }
+  return t;
 }
 
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t) {
@@ -668,8 +791,11 @@ cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType 
 cudaError_t conv_wgmma_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
                                DType dtype, const ConvTranspose2dParams& p, const WgmmaTiling& t,
                                const ConvEpilogue& ep, cudaStream_t stream) {
+  // TMA where the plan allows it and this input can be mapped (a 16-byte aligned pointer)
+  CUtensorMap map;
+  const bool tma = t.box_slots > 0 && encode_input_map(&map, x, dtype, p, wg_input_box(p, t.rows, t.q, dtype));
   return dispatch_tensor_core_dtype(dtype, [&](auto tag) {
-    return launch<decltype(tag)>(x, prepared_weight, bias, out, p, t, ep, stream);
+    return launch<decltype(tag)>(x, prepared_weight, bias, out, dtype, p, t, ep, tma ? &map : nullptr, stream);
   });
 }
 

@@ -24,13 +24,17 @@ struct WgmmaTiling {
   int q = 0;       // strips of 8 columns: the tile is `rows` rows x 8q columns
   int rows = 16;   // 16 or 17 (the MMA's N = 8 x rows)
   int stages = 0;  // pipeline depth
+  // TMA input loads (box_slots > 0: boxes in flight; the input must also be 16-byte aligned, else
+  // the call runs without TMA at `stages`), with tma_stages stages
+  int tma_stages = 0, box_slots = 0;
 };
 
 // device_sm: the current device's compute capability (major * 10 + minor); the kernel exists for
 // sm_90 only (built for sm_90a). force: take every call the kernel can run, also those the
-// heuristics give to the mma.sync kernel (tests and sanitizer runs).
+// heuristics give to the mma.sync kernel (tests and sanitizer runs). allow_tma: load the input
+// through TMA where its layout allows.
 WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
-                              bool force);
+                              bool force, bool allow_tma);
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
 cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,

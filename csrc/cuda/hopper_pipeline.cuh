@@ -1,7 +1,7 @@
 #pragma once
 // Hopper (sm_90a) pieces of a warp-specialised pipeline: shared-memory mbarriers (arrive counts
 // plus expected transaction bytes), the bulk global -> shared copy that completes on an mbarrier,
-// register reallocation between warpgroups, and named barriers. Like wgmma_ops.cuh, the bodies
+// TMA tensor loads, register reallocation between warpgroups, and named barriers. Like wgmma_ops.cuh, the bodies
 // are instructions only in the sm_90a target; elsewhere the host never selects the kernel.
 #include <cstdint>
 
@@ -51,6 +51,26 @@ __device__ inline void bulk_copy_to_shared(uint32_t dst, const void* src, uint32
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
                : "memory");
+#endif
+}
+
+// This thread's arrival, also adding `bytes` of expected asynchronous copies to the current phase.
+__device__ inline void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#if MYOPS_WGMMA_ARCH
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+// One box of a 4-D tensor map (a CUtensorMap kernel parameter, passed by its address) from global
+// to shared memory (128-byte aligned) through TMA; coordinates innermost first, elements outside
+// the tensor read as zero; completes as transaction bytes on `bar`.
+__device__ inline void tma_load_4d(uint32_t dst, const void* tensor_map, int c0, int c1, int c2, int c3,
+                                   uint32_t bar) {
+#if MYOPS_WGMMA_ARCH
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+      ::"r"(dst), "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
 #endif
 }
 
