@@ -33,8 +33,9 @@ struct ConvEpilogue {
 // per group (its FFMA mode: same staging, exact operands); the rest (float64, narrow strict
 // float32, very large kernels) the generic implicit-GEMM kernel. Switches (tests use them to
 // cover every kernel): MYOPS_DISABLE_DIRECT=1, MYOPS_DISABLE_WGMMA=1, MYOPS_FORCE_WGMMA=1 (wgmma
-// for every call it can run), MYOPS_DISABLE_MMA=1 (no tensor-core kernel; with
-// MYOPS_DISABLE_DIRECT=1, generic only).
+// for every call it can run), MYOPS_DISABLE_TMA=1 (the wgmma kernel loads its input through
+// registers only), MYOPS_DISABLE_MMA=1 (no tensor-core kernel; with MYOPS_DISABLE_DIRECT=1,
+// generic only).
 enum class ConvEngine { Generic, Direct, Mma, Wgmma };
 struct ConvPlan {
   ConvEngine engine = ConvEngine::Generic;
