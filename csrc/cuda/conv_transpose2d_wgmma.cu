@@ -177,9 +177,25 @@ __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[Q][4 * R], int cnt
   wgmma_commit();
 }
 
-// The ping-pong producer's halo for one tile (the two-block kernel keeps its own copy of this
-// staging inline: as a struct it spilled in bfloat16 at that kernel's 96 registers and measured
-// 8-15% slower on L2_19 / L1_57 / L1_65): its pixels (kPxPerThread per thread of the warpgroup) are
+// One chunk's channels of this thread's halo pixels from the NCHW planes in global memory: first
+// is the chunk's first plane, src[k] pixel k's offset in a plane (present pixels only); channels
+// past ch_valid re-read the last valid plane (a valid address; packing zeroes them). Both
+// kernels' producers call it on their own staging arrays.
+template <typename Raw, int kCh>
+__device__ __forceinline__ void load_halo_planes(Raw (&staged)[kPxPerThread][kCh], const Raw* first, int64_t HW,
+                                                 int ch_valid, unsigned present, const int (&src)[kPxPerThread]) {
+#pragma unroll
+  for (int c = 0; c < kCh; ++c) {
+    const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
+#pragma unroll
+    for (int k = 0; k < kPxPerThread; ++k)
+      if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
+  }
+}
+
+// The ping-pong producer's halo for one tile (the two-block kernel keeps this staging state inline,
+// sharing only load_halo_planes: as a struct it spilled in bfloat16 at that kernel's 96 registers
+// and measured 8-15% slower on L2_19 / L1_57 / L1_65): its pixels (kPxPerThread per thread of the warpgroup) are
 // read per chunk of input channels from the NCHW planes into registers, then stored as two
 // K-planes of 16-byte pixels (TF32-rounded). Offsets in a channel plane are 32-bit (the host
 // checks 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
@@ -217,14 +233,7 @@ struct HaloStager {
   __device__ void load(int chunk) {
     const int64_t HW = p.H * p.W;
     ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - int64_t(chunk) * kCh));
-    const Raw* first = x_image + int64_t(chunk) * kCh * HW;
-#pragma unroll
-    for (int c = 0; c < kCh; ++c) {
-      const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
-#pragma unroll
-      for (int k = 0; k < kPxPerThread; ++k)
-        if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
-    }
+    load_halo_planes(staged, x_image + int64_t(chunk) * kCh * HW, HW, ch_valid, present, src);
   }
   // dst: the stage's halo; its second K-plane halo_plane bytes further
   __device__ void store(uint8_t* dst, int halo_plane) const {
@@ -335,14 +344,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             if ((present >> k) & 1u) staged[k][c] = ld_shared<Raw>(box + c * plane_bytes + src[k]);
         boxes.release(chunk);
       } else {
-        const Raw* first = x_image + int64_t(chunk) * kCh * HW;
-#pragma unroll
-        for (int c = 0; c < kCh; ++c) {
-          const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
-#pragma unroll
-          for (int k = 0; k < kPxPerThread; ++k)
-            if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
-        }
+        load_halo_planes(staged, x_image + int64_t(chunk) * kCh * HW, HW, ch_valid, present, src);
       }
     };
     auto store_halo = [&](uint8_t* dst) {
