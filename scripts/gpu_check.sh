@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one run: build (CUDAExtension), the whole test suite, compute-sanitizer
-# (memcheck on every op, racecheck on the fused kernel), and the bench; a summary table last.
+# (memcheck on every op, racecheck on the fused kernel; each for the kernel choice as shipped, the
+# Hopper kernel forced, its channels-last input path forced, and the mma.sync kernel alone), and the bench; a summary table last.
 # Logs go to $OUT (default /tmp/myops_gpu). Usage: bash scripts/gpu_check.sh [bench args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,9 @@ step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 python3 scr
 # the Hopper kernel on every case it can run, and the mma.sync kernel alone
 step memcheck_wgmma env MYOPS_FORCE_WGMMA=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step racecheck_wgmma env MYOPS_FORCE_WGMMA=1 compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only
+# the Hopper kernel with its input staged channels-last (TMA boxes straight into the stages)
+step memcheck_nhwc env MYOPS_FORCE_WGMMA=1 MYOPS_FORCE_NHWC_STAGING=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
+step racecheck_nhwc env MYOPS_FORCE_WGMMA=1 MYOPS_FORCE_NHWC_STAGING=1 compute-sanitizer --tool racecheck --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only
 step memcheck_mma env MYOPS_DISABLE_WGMMA=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step demo_seed_block python3 compile_demos/seed_block.py
 step demo_vae_up_block python3 compile_demos/vae_up_block.py

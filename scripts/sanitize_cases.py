@@ -50,5 +50,17 @@ for dtype, tf32 in ((torch.float32, True), (torch.float32, False), (torch.bfloat
         yref = F.group_norm(F.max_pool2d(torch.tanh(F.batch_norm(out.double(), None, None, training=True, eps=1e-5)),
                                          *pool), 2 if c_out % 2 == 0 else 1, gn_w.double(), None, 1e-5)
         worst = max(worst, ((y.double() - yref).abs().max() / yref.abs().max()).item())
+# channels-last inputs (a 16-bit one is the Hopper kernel's NHWC input as it is; float32 gets a
+# rounding copy) and an NCHW one with an odd pixel count (the staging's generic transpose)
+for dtype, shape in ((torch.bfloat16, (2, 16, 17, 20)), (torch.float32, (2, 16, 17, 20)), (torch.bfloat16, (1, 16, 15, 13))):
+    torch.backends.cudnn.allow_tf32 = True
+    x = torch.randn(*shape, device=dev, dtype=dtype)
+    if shape[2] * shape[3] % 2 == 0:
+        x = x.contiguous(memory_format=torch.channels_last)
+    wt = torch.randn(16, 64, 3, 3, device=dev, dtype=dtype)
+    b = torch.randn(64, device=dev, dtype=dtype)
+    ref = F.conv_transpose2d(x.double(), wt.double(), b.double(), 1, 1)
+    y = torch.ops.myops.conv_transpose2d(x, wt, b, [1, 1], [1, 1], [0, 0], 1, [1, 1])
+    worst = max(worst, ((y.double() - ref).abs().max() / ref.abs().max()).item())
 torch.cuda.synchronize()
 print(f"sanitize cases done; worst relative max error {worst:.2e}")

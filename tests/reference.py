@@ -116,10 +116,13 @@ def random_narrow_conv_config(rng: random.Random):
 # setting): "default" is the choice as shipped, "mma" the mma.sync kernel alone, "wgmma" the Hopper
 # kernel on every call it can run (elsewhere, and off sm_90, the choice as shipped; its input
 # through TMA where the layout allows), "wgmma_no_tma" the same with the input loaded through
-# registers, "generic" the generic implicit-GEMM kernel alone.
+# registers, "wgmma_nhwc" the same with the input staged channels-last wherever the kernel can
+# (TMA then loads each chunk's halo straight into the MMA's operand layout), "generic" the generic
+# implicit-GEMM kernel alone.
 CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1", "MYOPS_DISABLE_DIRECT": "1"},
                         "wgmma": {"MYOPS_FORCE_WGMMA": "1"},
                         "wgmma_no_tma": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_DISABLE_TMA": "1"},
+                        "wgmma_nhwc": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_FORCE_NHWC_STAGING": "1"},
                         "generic": {"MYOPS_DISABLE_MMA": "1", "MYOPS_DISABLE_DIRECT": "1"}}
 
 

@@ -102,10 +102,11 @@ def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("kernel", ["default", "mma", "wgmma"])
+@pytest.mark.parametrize("kernel", ["default", "mma", "wgmma", "wgmma_nhwc"])
 def test_wide_layers_random_configs(device, dtype, kernel, monkeypatch):
     # > 32 output channels per group on 12-40 pixel maps, through the kernel choice as shipped,
-    # the mma.sync kernel alone, and (on an H100) the wgmma kernel on every config it can run
+    # the mma.sync kernel alone, and (on an H100) the wgmma kernel on every config it can run,
+    # with its input as given and staged channels-last
     set_conv_kernel(monkeypatch, kernel)
     check_random_configs(random.Random(4242), 40, random_wide_conv_config, dtype, device)
 
@@ -136,6 +137,52 @@ def test_unaligned_input_without_tma(device, monkeypatch):
     out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
     assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
     assert torch.equal(out, torch.ops.myops.conv_transpose2d(x.clone(), w, b, *args))
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cfg", [
+    dict(N=2, C_in=24, C_out_g=64, groups=1, H=20, W=24, kH=3, kW=3, stride=(1, 1), dilation=(1, 1),
+         padding=(1, 1), output_padding=(0, 0), bias=True),   # 16-row strips; bfloat16: a channel tail
+    dict(N=2, C_in=64, C_out_g=72, groups=1, H=32, W=30, kH=5, kW=5, stride=(1, 1), dilation=(1, 1),
+         padding=(1, 1), output_padding=(0, 0), bias=False),  # 17-row strips: the ping-pong kernel
+    dict(N=1, C_in=64, C_out_g=48, groups=2, H=13, W=17, kH=4, kW=3, stride=(2, 1), dilation=(1, 2),
+         padding=(1, 0), output_padding=(1, 0), bias=True),   # groups, phases, partial tiles
+])
+def test_channels_last_staging_matches_register_path(device, dtype, cfg, monkeypatch):
+    # The Hopper kernel with its input staged channels-last (TMA boxes straight into the operand
+    # layout) runs the same MMAs on the same TF32-rounded / 16-bit operands as with the NCHW
+    # input through registers: bit-identical outputs, also for a channels-last input (a 16-bit
+    # one is used as it is, no copy) and under the fused epilogue.
+    torch.manual_seed(0)
+    x, w, b = make_conv_inputs(cfg, dtype, device)
+    args = conv_args(cfg)
+    set_conv_kernel(monkeypatch, "wgmma_no_tma")
+    ref = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+    fused_ref = torch.ops.myops.conv_transpose2d_gelu_group_norm(x, w, b, *args, "none", 8, None, None, 1e-5)
+    set_conv_kernel(monkeypatch, "wgmma_nhwc")
+    assert torch.equal(torch.ops.myops.conv_transpose2d(x, w, b, *args), ref)
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    assert torch.equal(torch.ops.myops.conv_transpose2d(x_cl, w, b, *args), ref)
+    assert torch.equal(torch.ops.myops.conv_transpose2d_gelu_group_norm(x, w, b, *args, "none", 8, None, None, 1e-5),
+                       fused_ref)
+    assert_matches(ref, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_channels_last_inputs_default_choice(device, dtype):
+    # channels-last inputs through the kernel choice as shipped (a 16-bit one goes to the wgmma
+    # kernel channels-last as it is, on an H100); the output keeps the input's memory format
+    rng = random.Random(909)
+    for _ in range(12):
+        cfg = random_wide_conv_config(rng)
+        x, w, b = make_conv_inputs(cfg, dtype, device)
+        x = x.contiguous(memory_format=torch.channels_last)
+        args = conv_args(cfg)
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])

@@ -106,7 +106,7 @@ def test_small_maps_tile_several_images(device, dtype, hw, kernel, stride, paddi
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kernel", ["default", "mma", "wgmma"])
+@pytest.mark.parametrize("kernel", ["default", "mma", "wgmma", "wgmma_nhwc"])
 def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
     # wide layers through the fused epilogue (GELU, GroupNorm partials): the kernel choice as
     # shipped, the mma.sync kernel alone, and (on an H100) the wgmma kernel wherever it can run

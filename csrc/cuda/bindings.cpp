@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "cuda/batch_norm_chain.cuh"
+#include "cuda/channels_last_input.cuh"
 #include "cuda/conv_transpose2d.cuh"
 #include "cuda/norm_act.cuh"
 #include "shapes.h"
@@ -47,17 +48,40 @@ cuda::Fp32Math fp32_math() {
   return at::globalContext().allowTF32CuDNN() ? cuda::Fp32Math::TF32 : cuda::Fp32Math::Exact;
 }
 
+cuda::ConvPlan conv_plan_for(const ConvTranspose2dParams& p, const at::Tensor& input) {
+  return cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math(),
+                         input.is_contiguous(at::MemoryFormat::ChannelsLast));
+}
+
+// The input as the plan's kernel reads it: contiguous NCHW, or (WgmmaTiling::nhwc) contiguous
+// NHWC, 16-byte aligned, float32 rounded to TF32: a 16-bit channels-last input as it is, else a
+// staged copy.
+at::Tensor kernel_input(const char* op, const at::Tensor& input, const cuda::ConvPlan& plan, cuda::DType dtype,
+                        cudaStream_t stream) {
+  if (plan.engine != cuda::ConvEngine::Wgmma || !plan.wg.nhwc) return input.contiguous();
+  const bool channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
+  if (channels_last && dtype != cuda::DType::F32 && reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 == 0)
+    return input;
+  const at::Tensor src = channels_last ? input : input.contiguous();
+  at::Tensor staged = at::empty_like(src, src.options(), at::MemoryFormat::ChannelsLast);
+  const auto [N, C, HW] = n_c_hw(src);
+  check_launch(cuda::stage_channels_last_input(src.const_data_ptr(), staged.data_ptr(), dtype, N, C, HW,
+                                               channels_last, true, stream),
+               op);
+  return staged;
+}
+
 // The transposed convolution into a new contiguous NCHW tensor, with the given epilogue.
 at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
                         const cuda::ConvPlan& plan, const cuda::ConvEpilogue& epilogue) {
-  const at::Tensor x = input.contiguous();
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto dtype = kernel_dtype(input.scalar_type());
+  const at::Tensor x = kernel_input(op, input, plan, dtype, stream);
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = contiguous_or_undefined(bias);
   at::Tensor prepared = at::empty({plan.prepared_numel}, w.options());
-  at::Tensor out = at::empty({p.N, p.C_out, p.OH, p.OW}, x.options());
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto dtype = kernel_dtype(x.scalar_type());
+  at::Tensor out = at::empty({p.N, p.C_out, p.OH, p.OW}, input.options());
   check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, p, plan, stream), op);
   check_launch(cuda::conv_transpose2d_forward(x.const_data_ptr(), prepared.const_data_ptr(), ptr_or_null(b),
                                               out.data_ptr(), dtype, fp32_math(), p, plan, epilogue, stream),
@@ -72,7 +96,7 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   const auto p = check_conv_transpose2d("conv_transpose2d", input, weight, bias, stride, padding,
                                         output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  const auto plan = cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math());
+  const auto plan = conv_plan_for(p, input);
   return conv_forward("conv_transpose2d", input, weight, bias, p, plan, {})
       .contiguous(output_memory_format(input));
 }
@@ -132,7 +156,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   const c10::cuda::CUDAGuard guard(input.device());
   // 1) conv + bias + GELU, writing per-tile GroupNorm partials; 2) fixed-order reduction to
   // mean / rstd per (n, group); 3) normalise in place.
-  const auto plan = cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math());
+  const auto plan = conv_plan_for(p, input);
   const int64_t tiles = plan.tiles_per_sample;
   const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(stats_dtype));
@@ -162,7 +186,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
   const c10::cuda::CUDAGuard guard(input.device());
   // the conv epilogue writes per-tile (count, mean, M2) of the stored output; a fixed-order
   // reduction per channel gives BatchNorm's batch mean and biased variance
-  const auto plan = cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math());
+  const auto plan = conv_plan_for(p, input);
   const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor tile_stats = at::empty({p.N, p.C_out, plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
   cuda::ConvEpilogue ep;

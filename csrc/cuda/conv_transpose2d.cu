@@ -288,7 +288,8 @@ cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out
 namespace {
 
 ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_direct,
-                   bool allow_mma, bool allow_wgmma, bool force_wgmma, bool allow_tma, int device_sm) {
+                   bool allow_mma, bool allow_wgmma, bool force_wgmma, bool allow_tma,
+                   ChannelsLastInput channels_last, int device_sm) {
   ConvPlan plan;
   if (allow_direct && !force_wgmma) plan.direct = conv_direct_tiling(p, dtype);
   if (plan.direct.cb > 0) {
@@ -297,7 +298,7 @@ ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     plan.prepared_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
     return plan;
   }
-  if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, force_wgmma, allow_tma);
+  if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, force_wgmma, allow_tma, channels_last);
   if (plan.wg.q > 0) {
     plan.engine = ConvEngine::Wgmma;
     plan.tiles_per_sample = conv_wgmma_tiles_per_sample(p, plan.wg);
@@ -338,17 +339,24 @@ int current_device_sm() {
 
 }  // namespace
 
-ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
+ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool input_channels_last) {
   const bool allow_direct = !env_flag("MYOPS_DISABLE_DIRECT");
   const bool allow_mma = !env_flag("MYOPS_DISABLE_MMA"), allow_wgmma = !env_flag("MYOPS_DISABLE_WGMMA");
   const bool force_wgmma = env_flag("MYOPS_FORCE_WGMMA"), allow_tma = !env_flag("MYOPS_DISABLE_TMA");
+  // A channels-last input is the kernel's NHWC input as it is (16-bit) or after a rounding copy
+  // (float32), which replaces the NCHW copy the other paths make of it.
+  const ChannelsLastInput channels_last =
+      !allow_tma || env_flag("MYOPS_DISABLE_NHWC_STAGING")             ? ChannelsLastInput::Never
+      : env_flag("MYOPS_FORCE_NHWC_STAGING") || input_channels_last ? ChannelsLastInput::Always
+                                                                    : ChannelsLastInput::Auto;
   const int device_sm = current_device_sm();
   // The tiling search costs tens to hundreds of microseconds of host time, as much as a small
   // layer's kernels: plans are cached by everything they depend on (not the batch size).
-  using Key = std::array<int64_t, 18>;
+  using Key = std::array<int64_t, 19>;
   const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
                 p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math),
-                allow_mma + 2 * allow_wgmma + 4 * force_wgmma + 8 * allow_direct + 16 * allow_tma, device_sm};
+                allow_mma + 2 * allow_wgmma + 4 * force_wgmma + 8 * allow_direct + 16 * allow_tma,
+                static_cast<int64_t>(channels_last), device_sm};
   static std::mutex mutex;
   static std::map<Key, ConvPlan> cache;
   {
@@ -357,7 +365,8 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     if (it != cache.end()) return it->second;
   }
   const ConvPlan plan =
-      make_plan(p, dtype, fp32_math, allow_direct, allow_mma, allow_wgmma, force_wgmma, allow_tma, device_sm);
+      make_plan(p, dtype, fp32_math, allow_direct, allow_mma, allow_wgmma, force_wgmma, allow_tma, channels_last,
+                device_sm);
   const std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= 4096) cache.clear();  // bounded: a stream of new shapes cannot grow it forever
   cache.emplace(key, plan);

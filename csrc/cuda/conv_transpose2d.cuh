@@ -33,9 +33,11 @@ struct ConvEpilogue {
 // per group (its FFMA mode: same staging, exact operands); the rest (float64, narrow strict
 // float32, very large kernels) the generic implicit-GEMM kernel. Switches (tests use them to
 // cover every kernel): MYOPS_DISABLE_DIRECT=1, MYOPS_DISABLE_WGMMA=1, MYOPS_FORCE_WGMMA=1 (wgmma
-// for every call it can run), MYOPS_DISABLE_TMA=1 (the wgmma kernel loads its input through
-// registers only), MYOPS_DISABLE_MMA=1 (no tensor-core kernel; with MYOPS_DISABLE_DIRECT=1,
-// generic only).
+// for every call it can run), MYOPS_DISABLE_TMA=1 (the wgmma kernel loads its NCHW input through
+// registers only, and never takes it channels-last), MYOPS_DISABLE_NHWC_STAGING=1 /
+// MYOPS_FORCE_NHWC_STAGING=1 (the wgmma kernel never / wherever it can takes its input
+// channels-last: WgmmaTiling::nhwc), MYOPS_DISABLE_MMA=1 (no tensor-core kernel; with
+// MYOPS_DISABLE_DIRECT=1, generic only).
 enum class ConvEngine { Generic, Direct, Mma, Wgmma };
 struct ConvPlan {
   ConvEngine engine = ConvEngine::Generic;
@@ -45,14 +47,17 @@ struct ConvPlan {
   int64_t tiles_per_sample = 0;   // sizes ConvEpilogue::tile_stats
   int64_t prepared_numel = 0;     // elements of the prepared weight buffer (input dtype)
 };
-ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math);
+// input_channels_last: the input is channels-last contiguous (a 16-bit one then costs nothing to
+// give the wgmma kernel channels-last).
+ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool input_channels_last);
 
 // weight [C_in, C_out / groups, kH, kW] (contiguous) -> the plan's prepared layout.
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
                                 const ConvTranspose2dParams& p, const ConvPlan& plan,
                                 cudaStream_t stream);
 
-// x: contiguous NCHW; prepared weight; bias (nullable, [C_out]); out: contiguous NCHW.
+// x: contiguous NCHW, or NHWC where plan.wg.nhwc (see there); prepared weight; bias (nullable,
+// [C_out]); out: contiguous NCHW.
 cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight, const void* bias,
                                      void* out, DType dtype, Fp32Math fp32_math,
                                      const ConvTranspose2dParams& p, const ConvPlan& plan,

@@ -50,6 +50,18 @@ static_assert(8 * (kBoxBarrier + 2 * kMaxBoxSlots) <= kBarrierBytes, "mbarriers 
 constexpr size_t kMaxSmem = 227 * 1024;
 constexpr size_t kTwoBlocksSmem = 113 * 1024;
 
+// How the producer gets a chunk's input halo: through registers from the NCHW planes, from NCHW
+// boxes that TMA loaded (then through registers), or (NHWC input) as two TMA boxes, one per
+// K-plane, that land in the stage in the MMA's operand layout.
+enum class WgInput { Registers, NchwBoxes, NhwcBoxes };
+
+// The NHWC box of one K-plane (16 bytes of channels) of a tile's halo: the largest phase halo's
+// rows and columns (a stage's halo rows are box.cols pixels apart, in every phase).
+InputBox wg_channels_last_box(const ConvTranspose2dParams& p, int rows, int q, DType dtype) {
+  const PhaseMaxima most = phase_maxima(p, rows, 8 * q);
+  return {most.halo_cols, most.halo_rows, 16 / dtype_bytes(dtype)};
+}
+
 // The input box a tile's chunk reads through TMA: the largest phase halo, its first column moved
 // down to a 16-byte boundary (TMA reads from 16-byte aligned addresses only; H100: an illegal
 // instruction otherwise) and its rows padded to 16 bytes.
@@ -72,24 +84,28 @@ struct WgSmem {
   int halo_bytes;   // one stage of halo
   int stage_bytes;  // halo + the most taps' weights
   int c_ld;         // epilogue Cs row stride (floats)
-  // TMA (box_slots > 0): the ring of raw input boxes after the stages, one box per slot
+  // NCHW boxes (box_slots > 0): the ring of raw input boxes after the stages, one box per slot;
+  // NHWC boxes: box_cols x box_rows pixels per K-plane, box_bytes each
   int box_slots, box_cols, box_rows;
   uint32_t box_offset, box_bytes, box_slot_bytes;  // offset from the pipeline start
   size_t bytes;     // mbarriers + the whole pipeline (or the epilogue's Cs and offsets, if larger)
 };
 
-WgSmem wg_smem(const ConvTranspose2dParams& p, int rows, int q, int stages, DType dtype, int box_slots) {
+WgSmem wg_smem(const ConvTranspose2dParams& p, int rows, int q, int stages, DType dtype, int box_slots,
+               bool nhwc) {
   const PhaseMaxima most = phase_maxima(p, rows, 8 * q);
-  const InputBox box = wg_input_box(p, rows, q, dtype);
+  const InputBox box = nhwc ? wg_channels_last_box(p, rows, q, dtype) : wg_input_box(p, rows, q, dtype);
+  if (nhwc) box_slots = 0;
   WgSmem s;
-  s.halo_plane = most.halo * 16;
+  // NHWC: each K-plane is a TMA destination (128-byte aligned), box.cols pixels per halo row
+  s.halo_plane = nhwc ? (box.cols * box.rows * 16 + 127) / 128 * 128 : most.halo * 16;
   s.halo_bytes = 2 * s.halo_plane;
   s.stage_bytes = s.halo_bytes + most.taps * kTapBytes;
   s.c_ld = epilogue_pixels(rows, q) + 8;
   s.box_slots = box_slots;
   s.box_cols = box.cols;
   s.box_rows = box.rows;
-  s.box_bytes = static_cast<uint32_t>(box.cols * box.rows * box.channels * dtype_bytes(dtype));
+  s.box_bytes = static_cast<uint32_t>(box.cols * box.rows * box.channels * dtype_bytes(dtype));  // NHWC: 16 per pixel
   s.box_slot_bytes = (s.box_bytes + 127) / 128 * 128;
   s.box_offset = static_cast<uint32_t>((static_cast<size_t>(stages) * s.stage_bytes + 127) / 128 * 128);
   const size_t pipeline = box_slots > 0 ? s.box_offset + size_t(box_slots) * s.box_slot_bytes
@@ -132,6 +148,19 @@ struct BoxRing {
   }
   __device__ void release(int seq) const { mbar_arrive(empty(seq % sl.box_slots)); }
 };
+
+// NHWC input (one thread): chunk c's stage s gets the weights (one bulk copy) and the halo's two
+// K-planes (one TMA box each, channels ch and ch + 16 bytes' worth, from input column col0 and
+// row0 of image n; TMA zero-fills what lies outside the input), all completing on full.
+__device__ inline void issue_channels_last_chunk(const CUtensorMap& map, const WgSmem& sl, uint32_t stage,
+                                                 uint32_t full, const uint32_t* w_src, uint32_t w_bytes,
+                                                 int64_t ch, int64_t col0, int64_t row0, int64_t n, int plane_ch) {
+  mbar_arrive_expect_tx(full, w_bytes + 2 * sl.box_bytes);
+  bulk_copy_to_shared(stage + sl.halo_bytes, w_src, w_bytes, full);
+  for (int k = 0; k < 2; ++k)
+    tma_load_4d(stage + k * sl.halo_plane, &map, static_cast<int>(ch + k * plane_ch), static_cast<int>(col0),
+                static_cast<int>(row0), static_cast<int>(n), full);
+}
 
 // One strip's MMA: m64n(8R), 4R accumulators per thread.
 template <typename T, int R>
@@ -252,14 +281,17 @@ struct HaloStager {
 // Stage s holds chunk c = s + k * stages in its k-th round. full[s] completes when the producer
 // warpgroup has stored the chunk's halo (128 arrivals) and the chunk's weights have landed (bulk
 // copy bytes); empty[s] when the consumer's MMAs that read it have finished (128 arrivals).
-// kTma: the chunks' input boxes arrive through TMA, sl.box_slots chunks ahead (BoxRing).
-template <typename T, int Q, int R, bool kTma>
+// kIn: where the halo comes from (WgInput). NchwBoxes: the chunks' input boxes arrive through
+// TMA, sl.box_slots chunks ahead (BoxRing); NhwcBoxes: one thread issues each chunk's weights and
+// halo, full[s] then waits for one arrival and their bytes.
+template <typename T, int Q, int R, WgInput kIn>
 __global__ void __launch_bounds__(kThreads, 2)
     conv_wgmma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                       ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases,
                       const __grid_constant__ CUtensorMap input_map, int64_t n_base, int64_t tiles_per_sample) {
   constexpr bool kF32 = std::is_same<T, float>::value;
+  constexpr bool kTma = kIn == WgInput::NchwBoxes, kNhwc = kIn == WgInput::NhwcBoxes;
   constexpr int kCh = chunk_channels<T>();
   constexpr int kTW = 8 * Q, kStrip = 8 * R, kBM = epilogue_pixels(R, Q);
   using Raw = typename std::conditional<kF32, float, unsigned short>::type;
@@ -271,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const BoxRing boxes(smem, sl);
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      mbar_init(full(s), kWarpgroup);
+      mbar_init(full(s), kNhwc ? 1 : kWarpgroup);
       mbar_init(empty(s), kWarpgroup);
     }
     if (kTma) boxes.init();
@@ -287,6 +319,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
   const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
   const int n_chunks = taps > 0 ? static_cast<int>((p.C_in_g + kCh - 1) / kCh) : 0;
+  const int b_cols = kNhwc ? sl.box_cols : hcols;  // halo pixels per row in a stage
 
   const NamedBarrier consumers{1, kWarpgroup};
   // The epilogue's Cs[channel][pixel] and pixel offsets overlay the pipeline.
@@ -303,6 +336,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t w_chunk_words = p.kH * p.kW * (kTapBytes / 4);
     const uint32_t* w_block = wprep + (g * col_tiles + ct) * n_chunks * w_chunk_words + ph.tap_base * (kTapBytes / 4);
     const Raw* x_image = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
+    if constexpr (kNhwc) {
+      if (tid != 0) return;
+      for (int c = 0; c < n_chunks; ++c) {
+        const int s = c % stages, round = c / stages;
+        if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
+        issue_channels_last_chunk(input_map, sl, pipe + stage(s), full(s), w_block + c * w_chunk_words, w_bytes,
+                                  g * p.C_in_g + int64_t(c) * kCh, halo_col0(ph, i0), halo_row0(ph, j0), n, kCh / 2);
+      }
+      return;
+    }
 
     // Halo pixels this thread stages. kTma: offsets in the chunk's input box (TMA zero-filled
     // what lies outside the input). Else offsets in a channel plane (32-bit: the host checks
@@ -398,9 +441,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int c = 0; c < n_chunks; ++c) {
       const int s = c % stages;
       mbar_wait(full(s), (c / stages) & 1);
-      issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used,
+      issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, b_cols, q_used,
                                 wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128),
-                                wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16));
+                                wgmma_desc(pipe + stage(s), sl.halo_plane, b_cols * 16));
       wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
       if (c > 0) mbar_arrive(empty((c - 1) % stages));
     }
@@ -480,12 +523,15 @@ __device__ inline WgTile wg_tile(int64_t t, int64_t tiles_per_sample, int64_t co
 // when the consumer's MMAs that read it have finished (128 arrivals). Consumers wait for their
 // chunks in sequence order (turn[]: a consumer starts a tile's MMAs once the other has issued its
 // previous tile's), so no one waits on a stage two rounds ahead, which parity could not tell.
-template <typename T, int Q, int R>
+// kIn: Registers or NhwcBoxes (one thread issues each chunk; full[s] waits for one arrival).
+template <typename T, int Q, int R, WgInput kIn>
 __global__ void __launch_bounds__(kPingPongThreads, 1)
     conv_wgmma_pingpong_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                       ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t total_tiles,
-                      int64_t tiles_per_sample) {
+                      int64_t tiles_per_sample, const __grid_constant__ CUtensorMap input_map) {
+  static_assert(kIn != WgInput::NchwBoxes, "the ping-pong kernel reads NCHW input through registers only");
+  constexpr bool kNhwc = kIn == WgInput::NhwcBoxes;
   constexpr int kCh = chunk_channels<T>();
   constexpr int kTW = 8 * Q;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -496,7 +542,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
   auto stage = [&](int s) { return static_cast<uint32_t>(s * sl.stage_bytes); };  // from pipe
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      mbar_init(full(s), kWarpgroup);
+      mbar_init(full(s), kNhwc ? 1 : kWarpgroup);
       mbar_init(empty(s), kWarpgroup);
     }
     for (int c = 0; c < 2; ++c) mbar_init(turn(c), kWarpgroup);
@@ -522,6 +568,16 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       const uint32_t w_bytes = static_cast<uint32_t>(ph.count_h * ph.count_w * kTapBytes);
       // prepared weights: [group][64-channel block][chunk][phase-ordered tap][one tap's A operand]
       const uint32_t* w_tap0 = wprep + (tl.g * col_tiles + tl.ct) * n_chunks * w_chunk_words + ph.tap_base * (kTapBytes / 4);
+      if constexpr (kNhwc) {
+        for (int c = 0; c < n_chunks; ++c, ++chunk_seq) {
+          const int s = chunk_seq % stages, round = chunk_seq / stages;
+          if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
+          issue_channels_last_chunk(input_map, sl, pipe + stage(s), full(s), w_tap0 + c * w_chunk_words, w_bytes,
+                                    tl.g * p.C_in_g + int64_t(c) * kCh, halo_col0(ph, origin.i0),
+                                    halo_row0(ph, origin.j0), tl.n, kCh / 2);
+        }
+        continue;
+      }
       HaloStager<T> halo(x, p, ph, origin, tl.n, tl.g);
       // One chunk of loads in flight per thread (two measured 4% slower on the seed layers).
       halo.load(0);
@@ -560,7 +616,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       }
       if (k > 0) mbar_wait(turn(me), turns++ & 1);  // the other consumer's previous tile
       const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
-      const int hcols = ph.hcols;
+      const int hcols = kNhwc ? sl.box_cols : ph.hcols;  // halo pixels per row in a stage
       float acc[Q][4 * R];
 #pragma unroll
       for (int q = 0; q < Q; ++q)
@@ -592,7 +648,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
   const int wg = threadIdx.x / kWarpgroup;
   if (wg == 0) {
     warpgroup_reg_dealloc<kPingPongProducerRegs>();
-    produce();
+    if (!kNhwc || threadIdx.x == 0) produce();
   } else {
     warpgroup_reg_alloc<kPingPongConsumerRegs>();
     consume(__shfl_sync(0xffffffffu, wg - 1, 0));  // warp-uniform to the compiler: no wgmma serialisation
@@ -633,23 +689,25 @@ cudaError_t launch_tile(const void* x, const void* wprep, const void* bias, void
                         const ConvEpilogue& ep, const CUtensorMap* map, cudaStream_t stream) {
   const int64_t tiles = conv_wgmma_tiles_per_sample(p, t);
   const int64_t col_tiles = p.groups * ceil_div(p.C_out_g, kBlockCh);
-  const int stages = map ? t.tma_stages : t.stages;
-  const WgSmem sl = wg_smem(p, R, Q, stages, dtype, map ? t.box_slots : 0);
+  const bool boxes = map != nullptr && !t.nhwc;  // NCHW boxes
+  const int stages = boxes ? t.tma_stages : t.stages;
+  const WgSmem sl = wg_smem(p, R, Q, stages, dtype, boxes ? t.box_slots : 0, t.nhwc);
   auto go = [&](auto kernel) {
     return launch_conv_grid(kernel, kThreads, sl.bytes, stream, tiles, col_tiles, p.N, 1, static_cast<const T*>(x),
                             static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias), static_cast<T*>(out),
                             p, ep, sl, stages, phase_table(p, R, 8 * Q), map ? *map : CUtensorMap{});
   };
-  if constexpr (std::is_same<T, float>::value)  // the only dtype the tiling gives TMA (see there)
-    if (map) return go(conv_wgmma_kernel<T, Q, R, true>);
-  return go(conv_wgmma_kernel<T, Q, R, false>);
+  if (t.nhwc) return go(conv_wgmma_kernel<T, Q, R, WgInput::NhwcBoxes>);
+  if constexpr (std::is_same<T, float>::value)  // the only dtype the tiling gives NCHW boxes (see there)
+    if (boxes) return go(conv_wgmma_kernel<T, Q, R, WgInput::NchwBoxes>);
+  return go(conv_wgmma_kernel<T, Q, R, WgInput::Registers>);
 }
 
 // The ping-pong kernel: persistent blocks, one per SM (or per tile, if fewer tiles).
 template <typename T, int Q, int R>
 cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, void* out,
                             DType dtype, const ConvTranspose2dParams& p, const WgmmaTiling& t,
-                            const ConvEpilogue& ep, cudaStream_t stream) {
+                            const ConvEpilogue& ep, const CUtensorMap* map, cudaStream_t stream) {
   const int64_t tiles = conv_wgmma_tiles_per_sample(p, t);
   const int64_t total = tiles * p.groups * ceil_div(p.C_out_g, kBlockCh) * p.N;
   if (total == 0) return cudaSuccess;
@@ -657,13 +715,14 @@ cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, 
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
-  const WgSmem sl = wg_smem(p, R, Q, t.stages, dtype, 0);
-  auto kernel = conv_wgmma_pingpong_kernel<T, Q, R>;
+  const WgSmem sl = wg_smem(p, R, Q, t.stages, dtype, 0, t.nhwc);
+  auto kernel = t.nhwc ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes>
+                       : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sl.bytes));
   if (err != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(std::min<int64_t>(total, sms)), kPingPongThreads, sl.bytes, stream>>>(
       static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
-      static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, R, 8 * Q), total, tiles);
+      static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, R, 8 * Q), total, tiles, t.nhwc ? *map : CUtensorMap{});
   return cudaGetLastError();
 }
 
@@ -672,14 +731,26 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
                    const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
                    const CUtensorMap* map, cudaStream_t stream) {
   if (t.q == 2 && t.rows == 16) return launch_tile<T, 2, 16>(x, wprep, bias, out, dtype, p, t, ep, map, stream);
-  if (t.q == 2 && t.rows == 17) return launch_pingpong<T, 2, 17>(x, wprep, bias, out, dtype, p, t, ep, stream);
+  if (t.q == 2 && t.rows == 17) return launch_pingpong<T, 2, 17>(x, wprep, bias, out, dtype, p, t, ep, map, stream);
   return cudaErrorInvalidValue;
+}
+
+// Whether staging a channels-last copy of an NCHW input (read + write of the input) costs less
+// than it saves: the copy is proportional to the input's bytes, the saving (the producer's load
+// latency off the MMAs' path) to the MMAs' work, so the rule is on the FLOPs per input byte,
+// 2 x C_out_g x kH x kW / element size, independent of the map size. H100, conv kernel alone
+// (torch.profiler), NCHW registers -> NHWC boxes, ms: bfloat16 L2_11 (3200 FLOP/B) 0.686 -> 0.503
+// for a 67 MB copy; L2_19 (576) 2.354 -> 2.086 for a 1.07 GB copy; VAE refine (1152) 0.201 ->
+// 0.171 for 67 MB; float32 L2_11 (1600) 0.929 -> 0.917, L1_65 (672) 1.129 -> 1.196.
+constexpr int64_t kChannelsLastFlopsPerByte = 2048;
+bool channels_last_pays(const ConvTranspose2dParams& p, DType dtype) {
+  return 2 * p.C_out_g * p.kH * p.kW >= kChannelsLastFlopsPerByte * dtype_bytes(dtype);
 }
 
 }  // namespace
 
 WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
-                              bool force, bool allow_tma) {
+                              bool force, bool allow_tma, ChannelsLastInput channels_last) {
   if (device_sm != 90) return {};
   if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
   // 64-channel blocks: for 32 or fewer channels per group the mma.sync kernel's narrower blocks
@@ -731,15 +802,35 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // Two blocks per SM (one's epilogue runs under the other's MMAs) with the deepest pipeline
   // that fits, else one block with up to kMaxStages.
   WgmmaTiling t{q, rows, 0};
-  auto fits = [&](size_t budget, int stages, int box_slots) {
-    return (budget == kMaxSmem || blocks_per_sm(rows) == 2) && wg_smem(p, rows, q, stages, dtype, box_slots).bytes <= budget;
+  auto fits = [&](size_t budget, int stages, int box_slots, bool nhwc) {
+    return (budget == kMaxSmem || blocks_per_sm(rows) == 2) &&
+           wg_smem(p, rows, q, stages, dtype, box_slots, nhwc).bytes <= budget;
   };
-  for (const size_t budget : {kTwoBlocksSmem, kMaxSmem}) {
-    for (int s = kMaxStages; s >= 2 && t.stages == 0; --s)
-      if (fits(budget, s, 0)) t.stages = s;
-    if (t.stages > 0) break;
-  }
+  auto deepest = [&](bool nhwc) {
+    for (const size_t budget : {kTwoBlocksSmem, kMaxSmem})
+      for (int s = kMaxStages; s >= 2; --s)
+        if (fits(budget, s, 0, nhwc)) return s;
+    return 0;
+  };
+  t.stages = deepest(false);
   if (t.stages == 0) return {};
+  // A channels-last input: TMA loads each chunk's halo straight into the stage, no thread touches
+  // it. A chunk must not read another group's channels (their weights are zero, but 0 x inf is not).
+  const bool nhwc_possible = channels_last != ChannelsLastInput::Never && tensor_maps_available() &&
+                             (p.groups == 1 || p.C_in_g % chunk_channels(dtype) == 0) &&
+                             channels_last_box_supported(p, dtype, wg_channels_last_box(p, rows, q, dtype));
+  if (nhwc_possible) {
+    const int nhwc_stages = deepest(true);
+    // the same blocks per SM as the register path
+    const bool same_occupancy = blocks_per_sm(rows) == 1 || fits(kTwoBlocksSmem, nhwc_stages, 0, true) ==
+                                                                 fits(kTwoBlocksSmem, t.stages, 0, false);
+    if (nhwc_stages > 0 && same_occupancy &&
+        (channels_last == ChannelsLastInput::Always || channels_last_pays(p, dtype))) {
+      t.stages = nhwc_stages;
+      t.nhwc = true;
+      return t;
+    }
+  }
   // TMA input boxes, several chunks ahead (the register path has one chunk of loads in flight):
   // float32 with two blocks per SM only. H100, conv alone, ms, register path / best TMA pipeline
   // (stages, boxes): L2_19 3.754 / 3.376 (3, 2), L1_57 3.884 / 3.339; but bfloat16 L2_19 2.447 /
@@ -747,11 +838,11 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // 0.847 bfloat16: the box costs a second pass through shared memory (TMA writes it, the producer
   // reads it back to transpose), which the MMAs' operand reads already keep busy, more so at 16
   // bits. Where the boxes only fit one block per SM (L1_65: 21 taps per stage) it lost 33%.
-  if (allow_tma && dtype == DType::F32 && blocks_per_sm(rows) == 2 && fits(kTwoBlocksSmem, t.stages, 0) &&
+  if (allow_tma && dtype == DType::F32 && blocks_per_sm(rows) == 2 && fits(kTwoBlocksSmem, t.stages, 0, false) &&
       input_box_supported(p, dtype, wg_input_box(p, rows, q, dtype))) {
     constexpr int kPipelines[][2] = {{3, 2}, {2, 3}, {2, 2}};  // (stages, boxes), best first
     for (const auto& c : kPipelines)
-      if (t.box_slots == 0 && fits(kTwoBlocksSmem, c[0], c[1])) {
+      if (t.box_slots == 0 && fits(kTwoBlocksSmem, c[0], c[1], false)) {
         t.tma_stages = c[0];
         t.box_slots = c[1];
       }
@@ -793,9 +884,12 @@ cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType 
 cudaError_t conv_wgmma_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
                                DType dtype, const ConvTranspose2dParams& p, const WgmmaTiling& t,
                                const ConvEpilogue& ep, cudaStream_t stream) {
-  // TMA where the plan allows it and this input can be mapped (a 16-byte aligned pointer)
   CUtensorMap map;
-  const bool tma = t.box_slots > 0 && encode_input_map(&map, x, dtype, p, wg_input_box(p, t.rows, t.q, dtype));
+  // NHWC input: the caller staged it (16-byte aligned); the plan checked that it can be mapped
+  if (t.nhwc && !encode_channels_last_input_map(&map, x, dtype, p, wg_channels_last_box(p, t.rows, t.q, dtype)))
+    return cudaErrorNotSupported;
+  // NCHW: boxes where the plan allows them and this input can be mapped (a 16-byte aligned pointer)
+  const bool tma = t.nhwc || (t.box_slots > 0 && encode_input_map(&map, x, dtype, p, wg_input_box(p, t.rows, t.q, dtype)));
   return dispatch_tensor_core_dtype(dtype, [&](auto tag) {
     return launch<decltype(tag)>(x, prepared_weight, bias, out, dtype, p, t, ep, tma ? &map : nullptr, stream);
   });

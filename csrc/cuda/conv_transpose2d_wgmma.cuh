@@ -29,14 +29,23 @@ struct WgmmaTiling {
   // TMA input loads (box_slots > 0: boxes in flight; the input must also be 16-byte aligned, else
   // the call runs without TMA at `stages`), with tma_stages stages
   int tma_stages = 0, box_slots = 0;
+  // The input arrives channels-last (NHWC, 16-byte aligned, float32 rounded to TF32: the caller
+  // stages it, channels_last_input.cuh) and TMA loads each chunk's halo as two boxes straight
+  // into the stage, in the MMA's operand layout; `stages` deep, no NCHW boxes.
+  bool nhwc = false;
 };
+
+// Whether a call may take its input channels-last: Never; Auto (an NCHW input, where staging an
+// NHWC copy pays, by a rule on the work per input byte); Always (wherever the kernel can:
+// channels-last inputs, which the other paths copy to NCHW, and tests).
+enum class ChannelsLastInput { Never, Auto, Always };
 
 // device_sm: the current device's compute capability (major * 10 + minor); the kernel exists for
 // sm_90 only (built for sm_90a). force: take every call the kernel can run, also those the
-// heuristics give to the mma.sync kernel (tests and sanitizer runs). allow_tma: load the input
-// through TMA where its layout allows.
+// heuristics give to the mma.sync kernel (tests and sanitizer runs). allow_tma: load an NCHW input
+// through TMA where its layout allows. channels_last: whether the input may come channels-last.
 WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
-                              bool force, bool allow_tma);
+                              bool force, bool allow_tma, ChannelsLastInput channels_last);
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
 cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,

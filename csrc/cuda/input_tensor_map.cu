@@ -32,33 +32,68 @@ PFN_cuTensorMapEncodeTiled_v12000 tiled_encoder() {
   return fn;
 }
 
+// Coordinates are 32-bit; TMA's strides must be multiples of 16 bytes below 2^40.
+bool input_sizes_in_range(const ConvTranspose2dParams& p, int es) {
+  const int64_t limit = int64_t(1) << 31;
+  return p.W < limit && p.H < limit && p.C_in < limit && p.N < limit && p.C_in * p.H * p.W * es < (int64_t(1) << 40);
+}
+
+bool box_sides_in_range(const InputBox& box) {
+  return box.cols > 0 && box.rows > 0 && box.channels > 0 && box.cols <= 256 && box.rows <= 256 &&
+         box.channels <= 256;
+}
+
+// A 4-D map, dims innermost first, zero fill outside the tensor.
+bool encode_4d(CUtensorMap* map, const void* x, DType dtype, const cuuint64_t (&dims)[4],
+               const cuuint64_t (&strides)[3], const cuuint32_t (&box_dims)[4]) {
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tiled_encoder();
+  if (encode == nullptr) return false;
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  return encode(map, tma_type(dtype), 4, const_cast<void*>(x), dims, strides, box_dims, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace
+
+bool tensor_maps_available() { return tiled_encoder() != nullptr; }
 
 bool input_box_supported(const ConvTranspose2dParams& p, DType dtype, const InputBox& box) {
   const int es = dtype_bytes(dtype);
-  const int64_t limit = int64_t(1) << 31;  // coordinates are 32-bit
-  return box.cols > 0 && box.rows > 0 && box.channels > 0 && box.cols <= 256 && box.rows <= 256 &&
-         box.channels <= 256 && (box.cols * es) % 16 == 0 && (p.W * es) % 16 == 0 &&
-         p.W < limit && p.H < limit && p.C_in < limit && p.N < limit &&
-         p.C_in * p.H * p.W * es < (int64_t(1) << 40);
+  return box_sides_in_range(box) && (box.cols * es) % 16 == 0 && (p.W * es) % 16 == 0 && input_sizes_in_range(p, es);
 }
 
 bool encode_input_map(CUtensorMap* map, const void* x, DType dtype, const ConvTranspose2dParams& p,
                       const InputBox& box) {
+  if (!input_box_supported(p, dtype, box)) return false;
   const int es = dtype_bytes(dtype);
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || !input_box_supported(p, dtype, box)) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tiled_encoder();
-  if (encode == nullptr) return false;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.W), static_cast<cuuint64_t>(p.H),
                               static_cast<cuuint64_t>(p.C_in), static_cast<cuuint64_t>(p.N)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(p.W * es), static_cast<cuuint64_t>(p.H * p.W * es),
                                  static_cast<cuuint64_t>(p.C_in * p.H * p.W * es)};
   const cuuint32_t box_dims[4] = {static_cast<cuuint32_t>(box.cols), static_cast<cuuint32_t>(box.rows),
                                   static_cast<cuuint32_t>(box.channels), 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  return encode(map, tma_type(dtype), 4, const_cast<void*>(x), dims, strides, box_dims, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_4d(map, x, dtype, dims, strides, box_dims);
+}
+
+bool channels_last_box_supported(const ConvTranspose2dParams& p, DType dtype, const InputBox& box) {
+  const int es = dtype_bytes(dtype);
+  return box_sides_in_range(box) && box.channels * es == 16 && (p.C_in * es) % 16 == 0 &&
+         input_sizes_in_range(p, es);
+}
+
+bool encode_channels_last_input_map(CUtensorMap* map, const void* x, DType dtype, const ConvTranspose2dParams& p,
+                                    const InputBox& box) {
+  if (!channels_last_box_supported(p, dtype, box)) return false;
+  const int es = dtype_bytes(dtype);
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.C_in), static_cast<cuuint64_t>(p.W),
+                              static_cast<cuuint64_t>(p.H), static_cast<cuuint64_t>(p.N)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(p.C_in * es), static_cast<cuuint64_t>(p.W * p.C_in * es),
+                                 static_cast<cuuint64_t>(p.H * p.W * p.C_in * es)};
+  const cuuint32_t box_dims[4] = {static_cast<cuuint32_t>(box.channels), static_cast<cuuint32_t>(box.cols),
+                                  static_cast<cuuint32_t>(box.rows), 1};
+  return encode_4d(map, x, dtype, dims, strides, box_dims);
 }
 
 }  // namespace cuda

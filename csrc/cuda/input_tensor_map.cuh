@@ -1,7 +1,10 @@
 #pragma once
-// TMA tensor maps over a contiguous NCHW input (host side): the wgmma kernel's producer loads each
-// chunk's input halo as one box of cols x rows pixels x channels of one image, asynchronously and
-// several chunks ahead, instead of through registers one chunk at a time.
+// TMA tensor maps over the input (host side), for the wgmma kernel's producer:
+//  - NCHW: each chunk's input halo as one box of cols x rows pixels x channels of one image,
+//    several chunks ahead (the producer then transposes it through registers);
+//  - NHWC (a channels-last copy or input): each K-plane of a chunk's halo as one box of
+//    16 bytes of channels x cols x rows, which lands in shared memory in the MMA's operand
+//    layout (16 bytes per pixel, row-major), so that no thread touches the input.
 #include <cuda.h>
 
 #include "cuda/launch.cuh"
@@ -22,6 +25,15 @@ bool input_box_supported(const ConvTranspose2dParams& p, DType dtype, const Inpu
 // the caller then loads without TMA.
 bool encode_input_map(CUtensorMap* map, const void* x, DType dtype, const ConvTranspose2dParams& p,
                       const InputBox& box);
+
+// Whether the driver's tensor-map encoder could be found (else no call uses TMA).
+bool tensor_maps_available();
+
+// The same for an NHWC input: a 4-D map (C_in, W, H, N) with boxes of box.channels (16 bytes)
+// x cols x rows. Needs C_in x element size a multiple of 16 bytes and a 16-byte aligned pointer.
+bool channels_last_box_supported(const ConvTranspose2dParams& p, DType dtype, const InputBox& box);
+bool encode_channels_last_input_map(CUtensorMap* map, const void* x, DType dtype, const ConvTranspose2dParams& p,
+                                    const InputBox& box);
 
 }  // namespace cuda
 }  // namespace myops
