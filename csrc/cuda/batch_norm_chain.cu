@@ -75,6 +75,24 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max(const T* in,
   return tanh(best);
 }
 
+// The same for MaxPool2d(2, 2) (no padding or dilation), the common case, with the window's four
+// loads unrolled: the one-block-per-group kernel below is instruction-bound (ncu on L2_11
+// bfloat16: issue slots 79% busy, DRAM 23%) and the generic window's loops were most of it.
+template <typename T>
+__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_2x2(const T* in, int W, int ph, int pw,
+                                                                        typename DTypeTraits<T>::acc_t a,
+                                                                        typename DTypeTraits<T>::acc_t s) {
+  using Tr = DTypeTraits<T>;
+  const T* p = in + (2 * ph) * W + 2 * pw;
+  const typename Tr::acc_t v[4] = {Tr::to_acc(p[0]) * a + s, Tr::to_acc(p[1]) * a + s, Tr::to_acc(p[W]) * a + s,
+                                   Tr::to_acc(p[W + 1]) * a + s};
+  typename Tr::acc_t best = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (v[i] > best || isnan(v[i])) best = v[i];
+  return tanh(best);
+}
+
 // Walks flat indices o = start, start + kThreads, ... of [planes][rows][cols] keeping (plane, row,
 // col) up to date with adds instead of two divisions per element.
 struct PlaneCursor {
@@ -116,8 +134,9 @@ struct Welford {
 // (two passes over shared memory: mean, then squared deviations) and the normalisation need no
 // second pass over global memory. Input planes are staged in batches with coalesced 16-byte
 // loads (placed at the source's misalignment so both sides line up), then pooled from shared
-// memory. Chosen when the pooled group and one input plane fit.
-template <bool kInside, typename T, typename S>
+// memory. Chosen when the pooled group and one input plane fit. kWindow: 0 (general window), 1
+// (no padding: every window inside the plane), 2 (MaxPool2d(2, 2)).
+template <int kWindow, typename T, typename S>
 __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, int C_g, PoolInts q,
                                                int batch_planes, const S* __restrict__ mean,
                                                const S* __restrict__ var, const T* __restrict__ w,
@@ -155,8 +174,12 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
     PlaneCursor at(threadIdx.x, q.PH, q.PW);
     for (int o = threadIdx.x; o < nb * PHW; o += kThreads, at.advance()) {
       const int pl = at.plane;
-      pooled[pl0 * PHW + o] = Tr::from_acc(
-          bn_tanh_window_max<kInside>(dst + pl * HW, q, at.row, at.col, bn_a[pl0 + pl], bn_s[pl0 + pl]));
+      const T* plane = dst + pl * HW;
+      const acc_t a = bn_a[pl0 + pl], sh = bn_s[pl0 + pl];
+      acc_t v;
+      if constexpr (kWindow == 2) v = bn_tanh_window_max_2x2(plane, q.W, at.row, at.col, a, sh);
+      else v = bn_tanh_window_max<kWindow == 1>(plane, q, at.row, at.col, a, sh);
+      pooled[pl0 * PHW + o] = Tr::from_acc(v);
     }
   }
   __syncthreads();
@@ -226,8 +249,9 @@ bool pool_fits_int32(const Pool2dParams& q) {
 }
 
 // Shared memory of the one-block-per-group kernel: per-channel folds (4 per channel), the pooled
-// group (at most 64 KB) and input planes staged in batches of up to 32 KB (at least one plane, at
-// most 48 KB), 160 KB in all; 0 if it does not fit.
+// group (at most 64 KB) and input planes staged in equal batches of up to 40 KB (at least one
+// plane, at most 48 KB; 40 KB holds L2_11's 16 bfloat16 planes of 34 x 34 in one batch, and the
+// block limit is registers' four per SM either way), 160 KB in all; 0 if it does not fit.
 struct GroupTail {
   int batch_planes = 0;
   size_t smem = 0;
@@ -236,7 +260,8 @@ GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
   const int64_t elem = dtype == DType::F64 ? 8 : dtype == DType::F32 ? 4 : 2, vec = 16 / elem;
   const int64_t pooled = (C_g * q.PH * q.PW + vec - 1) / vec * vec * elem, plane = q.H * q.W * elem;
   if (pooled > 64 * 1024 || plane > 48 * 1024 || !pool_fits_int32(q)) return {};
-  const int64_t batch = std::min<int64_t>(C_g, std::max<int64_t>(1, 32 * 1024 / plane));
+  const int64_t most = std::min<int64_t>(C_g, std::max<int64_t>(1, 40 * 1024 / plane));
+  const int64_t batches = (C_g + most - 1) / most, batch = (C_g + batches - 1) / batches;
   const int64_t per_channel = 4 * C_g * (dtype == DType::F64 ? 8 : 4);  // folds, scales, shifts
   const int64_t bytes = per_channel + pooled + batch * plane + 16;
   if (bytes > 160 * 1024) return {};
@@ -273,8 +298,11 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;
-    auto kernel = q.pH == 0 && q.pW == 0 ? bn_tanh_pool_group_norm_kernel<true, T, S>
-                                         : bn_tanh_pool_group_norm_kernel<false, T, S>;
+    const bool inside = q.pH == 0 && q.pW == 0;
+    const bool window_2x2 = inside && q.kH == 2 && q.kW == 2 && q.sH == 2 && q.sW == 2 && q.dH == 1 && q.dW == 1;
+    auto kernel = window_2x2 ? bn_tanh_pool_group_norm_kernel<2, T, S>
+                  : inside   ? bn_tanh_pool_group_norm_kernel<1, T, S>
+                             : bn_tanh_pool_group_norm_kernel<0, T, S>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(layout.smem));
     if (err != cudaSuccess) return err;
