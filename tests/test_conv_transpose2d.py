@@ -172,8 +172,9 @@ def test_channels_last_staging_matches_register_path(device, dtype, cfg, monkeyp
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_channels_last_inputs_default_choice(device, dtype):
-    # channels-last inputs through the kernel choice as shipped (a 16-bit one goes to the wgmma
-    # kernel channels-last as it is, on an H100); the output keeps the input's memory format
+    # channels-last inputs through the kernel choice as shipped (on an H100 the wgmma kernel takes
+    # them channels-last: a 16-bit one as it is, float32 through a rounding copy); the output keeps
+    # the input's memory format
     rng = random.Random(909)
     for _ in range(12):
         cfg = random_wide_conv_config(rng)

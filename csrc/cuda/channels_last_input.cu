@@ -91,11 +91,19 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_16bit_kernel(const unsigned 
   }
 }
 
+// The transposes' grid: tile x tile (pixels x channels) tiles of an image in x and y, images over
+// z (the kernels stride over them). False where x or y would exceed the launch limits.
+bool image_tile_grid(int64_t N, int64_t C, int64_t HW, int tile, dim3& grid) {
+  const int64_t gx = ceil_div(HW, tile), gy = ceil_div(C, tile);
+  if (gx > 0x7fffffff || gy > 65535) return false;
+  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(std::min<int64_t>(N, 65535)));
+  return true;
+}
+
 template <typename Raw, bool kRound>
 cudaError_t transpose(const void* x, void* y, int64_t N, int64_t C, int64_t HW, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(ceil_div(HW, kTile)), static_cast<unsigned>(ceil_div(C, kTile)),
-                  static_cast<unsigned>(std::min<int64_t>(N, 65535)));
-  if (grid.x > 0x7fffffffu || grid.y > 65535) return cudaErrorInvalidConfiguration;
+  dim3 grid;
+  if (!image_tile_grid(N, C, HW, kTile, grid)) return cudaErrorInvalidConfiguration;
   nchw_to_nhwc_kernel<Raw, kRound><<<grid, dim3(kTile, kRowsPerPass), 0, stream>>>(static_cast<const Raw*>(x),
                                                                                     static_cast<Raw*>(y), N, C, HW);
   return cudaGetLastError();
@@ -121,9 +129,8 @@ cudaError_t stage_channels_last_input(const void* x, void* y, DType dtype, int64
     case DType::F16:
     case DType::BF16: {
       if (HW % 2 != 0 || reinterpret_cast<uintptr_t>(x) % 4 != 0) return transpose<unsigned short, false>(x, y, N, C, HW, stream);
-      const dim3 grid(static_cast<unsigned>(ceil_div(HW, kTile16)), static_cast<unsigned>(ceil_div(C, kTile16)),
-                      static_cast<unsigned>(std::min<int64_t>(N, 65535)));
-      if (grid.x > 0x7fffffffu || grid.y > 65535) return cudaErrorInvalidConfiguration;
+      dim3 grid;
+      if (!image_tile_grid(N, C, HW, kTile16, grid)) return cudaErrorInvalidConfiguration;
       nchw_to_nhwc_16bit_kernel<<<grid, 256, 0, stream>>>(static_cast<const unsigned short*>(x),
                                                           static_cast<unsigned short*>(y), N, C, HW);
       return cudaGetLastError();

@@ -43,12 +43,22 @@ bool box_sides_in_range(const InputBox& box) {
          box.channels <= 256;
 }
 
-// A 4-D map, dims innermost first, zero fill outside the tensor.
-bool encode_4d(CUtensorMap* map, const void* x, DType dtype, const cuuint64_t (&dims)[4],
-               const cuuint64_t (&strides)[3], const cuuint32_t (&box_dims)[4]) {
+// A 4-D map of a dense tensor (sizes and box sides innermost first; each stride the product of
+// the sizes inside it), zero fill outside the tensor.
+bool encode_dense_4d(CUtensorMap* map, const void* x, DType dtype, const int64_t (&sizes)[4],
+                     const int (&box)[4]) {
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tiled_encoder();
   if (encode == nullptr) return false;
+  cuuint64_t dims[4], strides[3];
+  cuuint32_t box_dims[4];
+  int64_t stride = dtype_bytes(dtype);
+  for (int i = 0; i < 4; ++i) {
+    dims[i] = static_cast<cuuint64_t>(sizes[i]);
+    box_dims[i] = static_cast<cuuint32_t>(box[i]);
+    stride *= sizes[i];
+    if (i < 3) strides[i] = static_cast<cuuint64_t>(stride);
+  }
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   return encode(map, tma_type(dtype), 4, const_cast<void*>(x), dims, strides, box_dims, element_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -66,15 +76,8 @@ bool input_box_supported(const ConvTranspose2dParams& p, DType dtype, const Inpu
 
 bool encode_input_map(CUtensorMap* map, const void* x, DType dtype, const ConvTranspose2dParams& p,
                       const InputBox& box) {
-  if (!input_box_supported(p, dtype, box)) return false;
-  const int es = dtype_bytes(dtype);
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.W), static_cast<cuuint64_t>(p.H),
-                              static_cast<cuuint64_t>(p.C_in), static_cast<cuuint64_t>(p.N)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(p.W * es), static_cast<cuuint64_t>(p.H * p.W * es),
-                                 static_cast<cuuint64_t>(p.C_in * p.H * p.W * es)};
-  const cuuint32_t box_dims[4] = {static_cast<cuuint32_t>(box.cols), static_cast<cuuint32_t>(box.rows),
-                                  static_cast<cuuint32_t>(box.channels), 1};
-  return encode_4d(map, x, dtype, dims, strides, box_dims);
+  return input_box_supported(p, dtype, box) &&
+         encode_dense_4d(map, x, dtype, {p.W, p.H, p.C_in, p.N}, {box.cols, box.rows, box.channels, 1});
 }
 
 bool channels_last_box_supported(const ConvTranspose2dParams& p, DType dtype, const InputBox& box) {
@@ -85,15 +88,8 @@ bool channels_last_box_supported(const ConvTranspose2dParams& p, DType dtype, co
 
 bool encode_channels_last_input_map(CUtensorMap* map, const void* x, DType dtype, const ConvTranspose2dParams& p,
                                     const InputBox& box) {
-  if (!channels_last_box_supported(p, dtype, box)) return false;
-  const int es = dtype_bytes(dtype);
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.C_in), static_cast<cuuint64_t>(p.W),
-                              static_cast<cuuint64_t>(p.H), static_cast<cuuint64_t>(p.N)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(p.C_in * es), static_cast<cuuint64_t>(p.W * p.C_in * es),
-                                 static_cast<cuuint64_t>(p.H * p.W * p.C_in * es)};
-  const cuuint32_t box_dims[4] = {static_cast<cuuint32_t>(box.channels), static_cast<cuuint32_t>(box.cols),
-                                  static_cast<cuuint32_t>(box.rows), 1};
-  return encode_4d(map, x, dtype, dims, strides, box_dims);
+  return channels_last_box_supported(p, dtype, box) &&
+         encode_dense_4d(map, x, dtype, {p.C_in, p.W, p.H, p.N}, {box.channels, box.cols, box.rows, 1});
 }
 
 }  // namespace cuda
