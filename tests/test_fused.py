@@ -48,6 +48,24 @@ def test_random_configs_match_pytorch_chain(device, dtype, count):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,hw,c_out", [(37, 2, 40), (21, 4, 48), (7, 8, 64), (3, 16, 24), (5, 3, 40)],
+                         ids=["phase-4px", "phase-16px", "phase-64px", "phase-256px", "phase-9px"])
+def test_small_maps_tiles_spanning_images(device, dtype, n, hw, c_out):
+    # DCGAN-style stride-2 layers on small maps: a tensor-core tile holds several images' phase
+    # grids (hw x hw pixels each), whose GroupNorm partials are reduced per image (butterflies
+    # over an image's lanes for power-of-two grids, one lane per image for the 9-pixel grids);
+    # batch sizes leave the last tile partly empty
+    torch.manual_seed(n)
+    x = torch.randn(n, 32, hw, hw, device=device, dtype=dtype)
+    w = torch.randn(32, c_out, 4, 4, device=device, dtype=dtype) / 12
+    gn_w = torch.randn(c_out, device=device, dtype=dtype)
+    args = [x, w, None, [2, 2], [1, 1], [0, 0], 1, [1, 1], "none", 8, gn_w, None, 1e-5]
+    out = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
+    assert_matches(out, ref_fused(*args), tolerance(dtype, device) * 4, floor=1.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_seed_block_scaled_down(device, dtype):
     # L2_19's block (64 -> 64, k3, s1, p0, bias, GroupNorm(8)) at a CPU-sized input
     conv = torch.nn.ConvTranspose2d(64, 64, 3).to(device, dtype)

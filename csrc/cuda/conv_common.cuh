@@ -93,6 +93,48 @@ __device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTransp
   st[2] = m2;
 }
 
+// The partials of a tile holding several images of image_px pixels each, image_px a power of
+// two: pixel m = lane + 32 j of a warp's channel row belongs to image m / image_px, so an image
+// is a run of image_px lanes of one j (image_px <= 32) or every lane of image_px / 32
+// consecutive j. Each run is reduced by butterflies inside it, in a fixed order, instead of one
+// lane walking an image's pixels one by one (H100, the DCGAN demo's layers of 16 images x 16
+// pixels per tile: that walk made the fused conv kernels ~40% slower than the plain ones). The
+// values come from shared memory (row[m], the stored values; pix_off[m] < 0: outside the
+// output). Image i < images of the tile gets (count, mean, M2) at stats + i * image_stride, from
+// its run's first lane. Not inlined: inlined, the kernels at 128 registers spilled.
+template <typename acc_t>
+__device__ __noinline__ void image_runs_stats(const acc_t* row, const int64_t* pix_off, int pixels, int lane,
+                                              int image_px, int images, acc_t* stats, int64_t image_stride) {
+  const int lanes = min(image_px, 32), per = max(image_px / 32, 1);  // a run's lanes and j
+  const unsigned run = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << (lane & ~(lanes - 1));
+  for (int j0 = 0; j0 < pixels / 32; j0 += per) {
+    acc_t sum = 0;
+    int cnt = 0;
+    for (int j = j0; j < j0 + per; ++j) {
+      const int m = lane + 32 * j;
+      const bool in = pix_off[m] >= 0;
+      sum += in ? row[m] : acc_t(0);
+      cnt += __popc(__ballot_sync(0xffffffffu, in) & run);
+    }
+    for (int o = lanes / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const acc_t mean = cnt > 0 ? sum / static_cast<acc_t>(cnt) : acc_t(0);
+    acc_t m2 = 0;
+    for (int j = j0; j < j0 + per; ++j) {
+      const int m = lane + 32 * j;
+      const acc_t d = pix_off[m] >= 0 ? row[m] - mean : acc_t(0);
+      m2 += d * d;
+    }
+    for (int o = lanes / 2; o > 0; o /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
+    const int image = (lane + 32 * j0) / image_px;
+    if ((lane & (lanes - 1)) == 0 && image < images) {
+      acc_t* st = stats + image * image_stride;
+      st[0] = static_cast<acc_t>(cnt);
+      st[1] = mean;
+      st[2] = m2;
+    }
+  }
+}
+
 // Cs[c * ldc + m] holds a tile's accumulators (channel c < BN, pixel m < BM);
 // pixel_offset(m) is where pixel m lands relative to channel 0 of image n's output
 // (oh * OW + ow, plus i * C_out * OH * OW for the tile's i-th image), or -1 if it lies outside
@@ -101,7 +143,8 @@ __device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTransp
 // Each warp takes whole channels and its lanes neighbouring pixels: coalesced stores, the bias
 // in a register, and the partials reduced by shuffles in a fixed order. A tile may hold
 // `images` images of `image_px` pixels each (small maps): their partials are then reduced
-// per image, one lane per image, in a fixed order too.
+// per image, by butterflies within each image's lanes (image_runs_stats) where image_px is a
+// power of two, else one lane per image, in a fixed order too.
 // The epilogue runs on threads ew.tid in [0, kThreads) (a whole block, or the consumer
 // warpgroup of a warp-specialised kernel); ew.sync() is a barrier over exactly those threads and
 // ew.pix_off holds BM entries of shared memory.
@@ -133,6 +176,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
   int64_t off[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) off[j] = pix_off[lane + 32 * j];
+  const bool image_runs = images > 1 && (image_px & (image_px - 1)) == 0;  // see image_runs_stats
   const int c_valid = static_cast<int>(min(static_cast<int64_t>(BN), p.C_out_g - oc0));
   const int64_t plane = p.OH * p.OW;
   // Lane i holds the bias of the warp's i-th channel: one load per warp up front instead of one
@@ -162,11 +206,16 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
       }
       if (ep.tile_stats == nullptr) continue;
       if (images > 1) {
-        // the lane's own Cs entries take the stored values; lane i then reduces image i
+        // the lane's own Cs entries take the stored values; then per image: butterflies over its
+        // lanes (a power-of-two size), else lane i reduces image i
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) Cs[c * ldc + lane + 32 * j] = stored[j];
         __syncwarp();
-        if (lane < images && n + lane < p.N) {
+        if (image_runs) {
+          acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + tile_index) * 3;
+          image_runs_stats(Cs + c * ldc, pix_off, BM, lane, image_px, static_cast<int>(min(static_cast<int64_t>(images), p.N - n)),
+                           st, p.C_out * tiles_per_sample * 3);
+        } else if (lane < images && n + lane < p.N) {
           const acc_t* v = Cs + c * ldc + lane * image_px;
           const int64_t* o = pix_off + lane * image_px;
           acc_t s = 0, cnt = 0;
