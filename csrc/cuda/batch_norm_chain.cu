@@ -303,8 +303,7 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
     auto kernel = window_2x2 ? bn_tanh_pool_group_norm_kernel<2, T, S>
                   : inside   ? bn_tanh_pool_group_norm_kernel<1, T, S>
                              : bn_tanh_pool_group_norm_kernel<0, T, S>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(layout.smem));
+    cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), layout.smem);
     if (err != cudaSuccess) return err;
     kernel<<<static_cast<unsigned>(N * num_groups), kThreads, layout.smem, stream>>>(
         static_cast<const T*>(x), static_cast<int>(C), static_cast<int>(C / num_groups), PoolInts(q),

@@ -25,7 +25,7 @@ cudaError_t launch_conv_grid(void (*kernel)(Params...), int threads, size_t smem
   if (tiles == 0 || N == 0) return cudaSuccess;
   if (tiles > 0x7fffffff || col_tiles > 65535) return cudaErrorInvalidConfiguration;
   if (smem > 0) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
     if (err != cudaSuccess) return err;
   }
   for (int64_t n0 = 0; n0 < N; n0 += 65535 * per_z) {

@@ -718,7 +718,7 @@ cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, 
   const WgSmem sl = wg_smem(p, R, Q, t.stages, dtype, 0, t.nhwc);
   auto kernel = t.nhwc ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes>
                        : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers>;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sl.bytes));
+  err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), sl.bytes);
   if (err != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(std::min<int64_t>(total, sms)), kPingPongThreads, sl.bytes, stream>>>(
       static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),

@@ -3,7 +3,11 @@
 // files on a CPU-only machine).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "common/conv_params.h"
 #include "common/gelu_math.h"
@@ -16,6 +20,29 @@ inline int dtype_bytes(DType d) { return d == DType::F64 ? 8 : d == DType::F32 ?
 
 // float32 convolution math: TF32 tensor cores (PyTorch's default for cuDNN convs) or exact FFMA.
 enum class Fp32Math : int { Exact = 0, TF32 = 1 };
+
+// cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize, bytes) once per kernel, device and
+// size: a driver call on every launch is host time that small layers' kernels wait for. The
+// attribute is a ceiling, so a kernel whose ceiling is already high enough needs no call.
+inline cudaError_t allow_dynamic_smem(const void* kernel, size_t bytes) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> ceilings;
+  const auto key = std::make_pair(kernel, device);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = ceilings.find(key);
+    if (it != ceilings.end() && it->second >= bytes) return cudaSuccess;
+  }
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& ceiling = ceilings[key];
+  ceiling = std::max(ceiling, bytes);
+  return cudaSuccess;
+}
 
 }  // namespace cuda
 }  // namespace myops
