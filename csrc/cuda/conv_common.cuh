@@ -81,68 +81,49 @@ __host__ __device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t 
   return {0, 1, 0, 0, 0};
 }
 
-// Where one tile's GroupNorm / BatchNorm partials (count, mean, M2) of output channel oc of
-// image n lie, in the layout ConvEpilogue::tile_stats documents; image n + 1's are
-// tile_stats_image_stride entries further.
+// One tile's GroupNorm / BatchNorm partials (count, mean, M2) of output channel oc of image n, in
+// the layout ConvEpilogue::tile_stats documents.
 template <typename acc_t>
-__device__ inline acc_t* tile_stats_at(const ConvEpilogue& ep, const ConvTranspose2dParams& p, int64_t n, int64_t oc,
-                                       int64_t tile_index, int64_t tiles_per_sample) {
-  return static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + tile_index) * 3;
-}
-__device__ inline int64_t tile_stats_image_stride(const ConvTranspose2dParams& p, int64_t tiles_per_sample) {
-  return p.C_out * tiles_per_sample * 3;
-}
-template <typename acc_t>
-__device__ inline void store_partials(acc_t* st, acc_t count, acc_t mean, acc_t m2) {
+__device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTranspose2dParams& p, int64_t n,
+                                        int64_t oc, int64_t tile_index, int64_t tiles_per_sample, acc_t count,
+                                        acc_t mean, acc_t m2) {
+  acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + tile_index) * 3;
   st[0] = count;
   st[1] = mean;
   st[2] = m2;
 }
 
-// One tile's partials of output channel oc of image n.
-template <typename acc_t>
-__device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTranspose2dParams& p, int64_t n,
-                                        int64_t oc, int64_t tile_index, int64_t tiles_per_sample, acc_t count,
-                                        acc_t mean, acc_t m2) {
-  store_partials(tile_stats_at<acc_t>(ep, p, n, oc, tile_index, tiles_per_sample), count, mean, m2);
-}
-
-// The partials of a tile holding several images of image_px pixels each, image_px a power of
-// two: pixel m = lane + 32 j of a warp's channel row belongs to image m / image_px, so an image
-// is a run of image_px lanes of one j (image_px <= 32) or every lane of image_px / 32
-// consecutive j. Each run is reduced by butterflies inside it, in a fixed order, instead of one
-// lane walking an image's pixels one by one (H100, the DCGAN demo's layers, 16 images x 16
-// pixels per tile: their fused conv kernels 0.745 -> 0.682 ms per forward). The
-// values come from shared memory (row[m], the stored values; pix_off[m] < 0: outside the
-// output). Image i < images of the tile gets (count, mean, M2) at stats + i * image_stride
-// (tile_stats_at, tile_stats_image_stride), from its run's first lane. Not inlined: inlined,
-// the kernels at 128 registers spilled.
-template <typename acc_t>
-__device__ __noinline__ void image_runs_stats(const acc_t* row, const int64_t* pix_off, int pixels, int lane,
-                                              int image_px, int images, acc_t* stats, int64_t image_stride) {
-  const int lanes = min(image_px, 32), per = max(image_px / 32, 1);  // a run's lanes and j
-  const unsigned run = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << (lane & ~(lanes - 1));
-  for (int j0 = 0; j0 < pixels / 32; j0 += per) {
+// The partials of a tile holding `images` images of image_px pixels each (small maps): row c of
+// Cs holds channel c's stored values, image i at pixels [i * image_px, (i + 1) * image_px), and
+// valid[k] says whether pixel k of an image lies inside the output (the same for every image of
+// the tile). One thread per (channel, image) pair walks its image's pixels in a fixed order,
+// starting at a channel-rotated pixel so that a warp's lanes (consecutive channels, rows 8 words
+// apart modulo 32 banks) read distinct banks. Every lane does useful work, where a shuffle
+// reduction per image left most lanes idle or serialised. Pair (c, i) writes (count, mean, M2)
+// of channel oc0 + c of image n + i.
+template <typename acc_t, int kThreads>
+__device__ void tile_image_stats(const acc_t* Cs, int ldc, const uint8_t* valid, int c_valid, int images,
+                                 int image_px, int tid, const ConvEpilogue& ep, const ConvTranspose2dParams& p,
+                                 int64_t n, int64_t oc0, int64_t tile_index, int64_t tiles_per_sample) {
+  for (int pair = tid; pair < c_valid * images; pair += kThreads) {
+    const int c = pair % c_valid, i = pair / c_valid;
+    const acc_t* v = Cs + c * ldc + i * image_px;
+    const int first = c % image_px;
     acc_t sum = 0;
-    int cnt = 0;
-    for (int j = j0; j < j0 + per; ++j) {
-      const int m = lane + 32 * j;
-      const bool in = pix_off[m] >= 0;
-      sum += in ? row[m] : acc_t(0);
-      cnt += __popc(__ballot_sync(0xffffffffu, in) & run);
-    }
-    for (int o = lanes / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const acc_t mean = cnt > 0 ? sum / static_cast<acc_t>(cnt) : acc_t(0);
+    int count = 0;
+    for (int s = 0, k = first; s < image_px; ++s, k = k + 1 == image_px ? 0 : k + 1)
+      if (valid[k]) {
+        sum += v[k];
+        ++count;
+      }
+    const acc_t mean = count > 0 ? sum / static_cast<acc_t>(count) : acc_t(0);
     acc_t m2 = 0;
-    for (int j = j0; j < j0 + per; ++j) {
-      const int m = lane + 32 * j;
-      const acc_t d = pix_off[m] >= 0 ? row[m] - mean : acc_t(0);
-      m2 += d * d;
-    }
-    for (int o = lanes / 2; o > 0; o /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
-    const int image = (lane + 32 * j0) / image_px;
-    if ((lane & (lanes - 1)) == 0 && image < images)
-      store_partials(stats + image * image_stride, static_cast<acc_t>(cnt), mean, m2);
+    for (int s = 0, k = first; s < image_px; ++s, k = k + 1 == image_px ? 0 : k + 1)
+      if (valid[k]) {
+        const acc_t d = v[k] - mean;
+        m2 += d * d;
+      }
+    write_tile_stats(ep, p, n + i, oc0 + c, tile_index, tiles_per_sample, static_cast<acc_t>(count), mean, m2);
   }
 }
 
@@ -154,8 +135,7 @@ __device__ __noinline__ void image_runs_stats(const acc_t* row, const int64_t* p
 // Each warp takes whole channels and its lanes neighbouring pixels: coalesced stores, the bias
 // in a register, and the partials reduced by shuffles in a fixed order. A tile may hold
 // `images` images of `image_px` pixels each (small maps): their partials are then reduced
-// per image, by butterflies within each image's lanes (image_runs_stats) where image_px is a
-// power of two, else one lane per image, in a fixed order too.
+// per (channel, image) by tile_image_stats, after all channels are stored.
 // The epilogue runs on threads ew.tid in [0, kThreads) (a whole block, or the consumer
 // warpgroup of a warp-specialised kernel); ew.sync() is a barrier over exactly those threads and
 // ew.pix_off holds BM entries of shared memory.
@@ -187,7 +167,6 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
   int64_t off[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) off[j] = pix_off[lane + 32 * j];
-  const bool image_runs = images > 1 && (image_px & (image_px - 1)) == 0;  // see image_runs_stats
   const int c_valid = static_cast<int>(min(static_cast<int64_t>(BN), p.C_out_g - oc0));
   const int64_t plane = p.OH * p.OW;
   // Lane i holds the bias of the warp's i-th channel: one load per warp up front instead of one
@@ -217,30 +196,9 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
       }
       if (ep.tile_stats == nullptr) continue;
       if (images > 1) {
-        // the lane's own Cs entries take the stored values; then per image: butterflies over its
-        // lanes (a power-of-two size), else lane i reduces image i
+        // the lane's own Cs entries take the stored values; tile_image_stats reduces them below
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) Cs[c * ldc + lane + 32 * j] = stored[j];
-        __syncwarp();
-        if (image_runs) {
-          image_runs_stats(Cs + c * ldc, pix_off, BM, lane, image_px, static_cast<int>(min(static_cast<int64_t>(images), p.N - n)),
-                           tile_stats_at<acc_t>(ep, p, n, oc, tile_index, tiles_per_sample),
-                           tile_stats_image_stride(p, tiles_per_sample));
-        } else if (lane < images && n + lane < p.N) {
-          const acc_t* v = Cs + c * ldc + lane * image_px;
-          const int64_t* o = pix_off + lane * image_px;
-          acc_t s = 0, cnt = 0;
-          for (int m = 0; m < image_px; ++m)
-            if (o[m] >= 0) {
-              s += v[m];
-              cnt += 1;
-            }
-          const acc_t mean = cnt > 0 ? s / cnt : acc_t(0);
-          acc_t m2 = 0;
-          for (int m = 0; m < image_px; ++m)
-            if (o[m] >= 0) m2 += (v[m] - mean) * (v[m] - mean);
-          write_tile_stats(ep, p, n + lane, oc, tile_index, tiles_per_sample, cnt, mean, m2);
-        }
         continue;
       }
 #pragma unroll
@@ -260,6 +218,12 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
       if (lane == 0) write_tile_stats(ep, p, n, oc, tile_index, tiles_per_sample, count, mean, m2);
     }
   });
+  if (ep.tile_stats == nullptr || images <= 1) return;
+  __shared__ uint8_t valid[BM];  // pixel k of an image inside the output (pix_off: image 0's)
+  for (int k = ew.tid; k < image_px; k += kThreads) valid[k] = pix_off[k] >= 0;
+  ew.sync();  // also orders the stored values in Cs before the reduction reads them
+  tile_image_stats<acc_t, kThreads>(Cs, ldc, valid, c_valid, static_cast<int>(min(static_cast<int64_t>(images), p.N - n)),
+                                    image_px, ew.tid, ep, p, n, g * p.C_out_g + oc0, tile_index, tiles_per_sample);
 }
 
 }  // namespace cuda
