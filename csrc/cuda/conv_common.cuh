@@ -97,10 +97,11 @@ __device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTransp
 // Cs holds channel c's stored values, image i at pixels [i * image_px, (i + 1) * image_px), and
 // valid[k] says whether pixel k of an image lies inside the output (the same for every image of
 // the tile). One thread per (channel, image) pair walks its image's pixels in a fixed order,
-// starting at a channel-rotated pixel so that a warp's lanes (consecutive channels, rows 8 words
-// apart modulo 32 banks) read distinct banks. Every lane does useful work, where a shuffle
-// reduction per image left most lanes idle or serialised. Pair (c, i) writes (count, mean, M2)
-// of channel oc0 + c of image n + i.
+// starting at a channel-rotated pixel to spread a warp's lanes (consecutive channels, rows 8
+// words apart modulo 32 banks in the mma.sync kernel) over the banks: distinct banks for images
+// of 32 or more pixels, max(2, 32 / image_px)-way conflicts below. Every lane does useful work,
+// where a shuffle reduction per image left most lanes idle or serialised. Pair (c, i) writes
+// (count, mean, M2) of channel oc0 + c of image n + i.
 template <typename acc_t, int kThreads>
 __device__ void tile_image_stats(const acc_t* Cs, int ldc, const uint8_t* valid, int c_valid, int images,
                                  int image_px, int tid, const ConvEpilogue& ep, const ConvTranspose2dParams& p,
