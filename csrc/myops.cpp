@@ -27,6 +27,15 @@ TORCH_LIBRARY(myops, m) {
       "SymInt[2] dilation, str approximate, int num_groups, Tensor? gn_weight, Tensor? gn_bias, "
       "float eps) -> Tensor",
       tags);
+  // The same chain up to GroupNorm's statistics: GELU's output (as stored) and its mean / rstd
+  // per (sample, group) in float32 (float64 for float64 input), [N, num_groups]. The compile pass
+  // uses it where the normalisation's consumers are pointwise, so that Inductor fuses the
+  // normalisation into them (a residual add) instead of a separate pass over the output.
+  m.def(
+      "conv_transpose2d_gelu_group_stats(Tensor input, Tensor weight, Tensor? bias, "
+      "SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, "
+      "SymInt[2] dilation, str approximate, int num_groups, float eps) -> (Tensor, Tensor, Tensor)",
+      tags);
   // The L2_11 chain conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm, as two
   // functional ops: the conv with its per-channel batch statistics (mean, biased variance), and
   // the rest given the statistics to normalise with; running buffers are updated outside.

@@ -119,6 +119,43 @@ torch.library.register_autograd(
     "myops::conv_transpose2d_gelu_group_norm", _fused_backward, setup_context=_fused_setup)
 
 
+# --- conv_transpose2d_gelu_group_stats ---------------------------------------------------------
+# act = gelu(conv), mean = E[act], rstd = (E[(act - mean)^2] + eps)^-1/2 per (n, group) over its
+# M values: the statistics' gradients fold into act's: g_act + g_mean / M - g_rstd rstd^3 (act - mean) / M.
+def _fused_stats_setup(ctx, inputs, output):
+    (input, weight, bias, stride, padding, output_padding, groups, dilation, approximate, num_groups, eps) = inputs
+    act, mean, rstd = output
+    ctx.save_for_backward(input, weight, bias, act, mean, rstd)
+    ctx.conv_args = (stride, padding, output_padding, groups, dilation)
+    ctx.bias_len = None if bias is None else bias.shape[0]
+    ctx.approximate = approximate
+
+
+def _fused_stats_backward(ctx, g_act, g_mean, g_rstd):
+    input, weight, bias, act, mean, rstd = ctx.saved_tensors
+    n, groups = mean.shape[0], mean.shape[1]
+    grouped = [n, groups, math.prod(act.shape[1:]) // groups]
+    per_group = grouped[2]  # M (a SymInt under dynamic shapes)
+    g = torch.zeros_like(act, dtype=mean.dtype) if g_act is None else g_act.to(mean.dtype)
+    g = g.reshape(grouped)
+    if g_mean is not None:
+        g = g + (g_mean / per_group).unsqueeze(-1)
+    if g_rstd is not None:
+        centered = act.reshape(grouped).to(mean.dtype) - mean.unsqueeze(-1)
+        g = g - (g_rstd * rstd ** 3 / per_group).unsqueeze(-1) * centered
+    gi = gw = gb = None
+    needs = ctx.needs_input_grad
+    if any(needs[:3]):
+        conv = torch.ops.myops.conv_transpose2d(input, weight, bias, *ctx.conv_args)
+        g_conv = aten.gelu_backward(g.reshape(act.shape).to(act.dtype), conv, approximate=ctx.approximate)
+        gi, gw, gb = _conv_grads(g_conv, input, weight, ctx.bias_len, ctx.conv_args, needs[:3])
+    return gi, gw, gb, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd(
+    "myops::conv_transpose2d_gelu_group_stats", _fused_stats_backward, setup_context=_fused_stats_setup)
+
+
 # --- conv_transpose2d_channel_stats -----------------------------------------------------------
 # out, mean = E[out], var = E[(out - mean)^2] over (N, H, W): the statistics' gradients fold into
 # the conv output's gradient: g_out + g_mean / M + g_var * 2 (out - mean) / M.

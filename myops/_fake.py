@@ -43,6 +43,19 @@ def _fused_fake(input, weight, bias, stride, padding, output_padding, groups, di
     return _empty_4d(shape, input)
 
 
+@torch.library.register_fake("myops::conv_transpose2d_gelu_group_stats")
+def _fused_stats_fake(input, weight, bias, stride, padding, output_padding, groups, dilation,
+                      approximate, num_groups, eps):
+    op = "conv_transpose2d_gelu_group_stats"
+    shape = _shapes.conv_transpose2d_out_shape(
+        op, input, weight, bias, stride, padding, output_padding, groups, dilation)
+    _shapes.check(approximate in ("none", "tanh"), op, "approximate",
+                  f"must be 'none' or 'tanh', got '{approximate}'")
+    _shapes.check_group_norm_channels(op, input, shape[1], num_groups, None, None, "gn_weight", "gn_bias")
+    stats = input.new_empty([shape[0], num_groups], dtype=_shapes.stats_dtype(input))
+    return _empty_4d(shape, input), stats, torch.empty_like(stats)
+
+
 @torch.library.register_fake("myops::conv_transpose2d_channel_stats")
 def _conv_channel_stats_fake(input, weight, bias, stride, padding, output_padding, groups, dilation):
     shape = _shapes.conv_transpose2d_out_shape(

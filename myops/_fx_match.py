@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from .ops import conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm as fused_api
+from .ops import group_norm_with_stats
 
 aten = torch.ops.aten
 
@@ -46,6 +47,10 @@ _MAX_POOL_SIGNATURES = {
                    {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False}),
 }
 _FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# Consumers Inductor fuses a pointwise normalisation into (a residual add and its kin).
+_POINTWISE_FUNCTIONS = {operator.add, operator.sub, operator.mul, operator.iadd, operator.isub, operator.imul,
+                        torch.add, torch.sub, torch.mul, aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor}
+_POINTWISE_METHODS = {"add", "sub", "mul", "add_", "sub_", "mul_"}
 
 
 def _bind(node: fx.Node, signatures) -> Optional[Dict[str, Any]]:
@@ -197,8 +202,20 @@ def _rewrite_batch_norm_chains(graph: fx.Graph) -> int:
     return count
 
 
-def _rewrite_gelu_chains(graph: fx.Graph) -> int:
-    """conv_transpose2d -> gelu -> group_norm: replaced by the fused op."""
+def _feeds_only_pointwise(node: fx.Node) -> bool:
+    """Whether every user of node is a pointwise arithmetic call (and there is one)."""
+    def pointwise(user):
+        if user.op == "call_function":
+            return user.target in _POINTWISE_FUNCTIONS
+        return user.op == "call_method" and user.target in _POINTWISE_METHODS
+    return bool(node.users) and all(pointwise(u) for u in node.users)
+
+
+def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool) -> int:
+    """conv_transpose2d -> gelu -> group_norm: replaced by the fused op; with split_normalize,
+    where the group_norm only feeds pointwise arithmetic, by the op that stops at the statistics
+    plus group_norm_with_stats in torch ops, which Inductor fuses into those consumers (one pass
+    over the output instead of the normalise pass and the consumer's)."""
     count = 0
     for node, out_node, gn in _group_norm_sites(graph):
         gelu_node = gn["input"]
@@ -211,18 +228,27 @@ def _rewrite_gelu_chains(graph: fx.Graph) -> int:
             continue
         if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):
             continue
-        _replace(graph, out_node, [node, gelu_node, conv_node], torch.ops.myops.conv_transpose2d_gelu_group_norm.default,
-                 (*conv, gelu["approximate"], gn["num_groups"], gn["weight"], gn["bias"], float(gn["eps"])))
+        chain = [node, gelu_node, conv_node]
+        if split_normalize and _feeds_only_pointwise(out_node):
+            with graph.inserting_before(out_node):
+                stats = graph.call_function(torch.ops.myops.conv_transpose2d_gelu_group_stats.default,
+                                            (*conv, gelu["approximate"], gn["num_groups"], float(gn["eps"])))
+                act, mean, rstd = (graph.call_function(operator.getitem, (stats, i)) for i in range(3))
+            _replace(graph, out_node, chain, group_norm_with_stats, (act, mean, rstd, gn["weight"], gn["bias"]))
+        else:
+            _replace(graph, out_node, chain, torch.ops.myops.conv_transpose2d_gelu_group_norm.default,
+                     (*conv, gelu["approximate"], gn["num_groups"], gn["weight"], gn["bias"], float(gn["eps"])))
         count += 1
     return count
 
 
-def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False) -> Dict[str, int]:
-    """Rewrites the chains in place; returns {pattern name: replacements}."""
+def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False, split_normalize: bool = False) -> Dict[str, int]:
+    """Rewrites the chains in place; returns {pattern name: replacements}. split_normalize: see
+    _rewrite_gelu_chains (torch.compile's pass sets it: Inductor then generates the consumers)."""
     counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
               "conv_transpose2d": 0}
     counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph)
-    counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph)
+    counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph, split_normalize)
     if standalone_conv:
         for node in list(graph.nodes):
             conv = _conv_args(node)

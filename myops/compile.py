@@ -52,7 +52,7 @@ class MyopsFusionPass(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.chained is not None:
             self.chained(graph)
-        counts = _fx_match.rewrite_graph(graph, standalone_conv=self.conv_transpose2d)
+        counts = _fx_match.rewrite_graph(graph, standalone_conv=self.conv_transpose2d, split_normalize=True)
         for name, n in counts.items():
             _stats[name] += n
         if any(counts.values()):

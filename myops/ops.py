@@ -67,6 +67,46 @@ def conv_transpose2d_gelu_group_norm(
         approximate, num_groups, gn_weight, gn_bias, eps))
 
 
+def conv_transpose2d_gelu_group_stats(
+        input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrPair = 1,
+        padding: IntOrPair = 0, output_padding: IntOrPair = 0, groups: int = 1,
+        dilation: IntOrPair = 1, approximate: str = "none", num_groups: Optional[int] = None,
+        eps: float = 1e-5):
+    """``(act, mean, rstd)``: ``act = gelu(conv_transpose2d(input, ...))`` and GroupNorm's statistics
+    of it per (sample, group), ``[N, num_groups]`` in float32 (float64 for float64 input), with
+    ``rstd = 1 / sqrt(var + eps)`` (biased variance). ``group_norm_with_stats(act, mean, rstd, ...)``
+    then equals :func:`conv_transpose2d_gelu_group_norm`; written with torch ops, it lets
+    torch.compile fuse the normalisation into what consumes it (the compile pass does this where
+    the group_norm's consumers are pointwise, e.g. a residual add). Arguments as there.
+    """
+    if num_groups is None:
+        raise TypeError("myops.conv_transpose2d_gelu_group_stats: argument 'num_groups' is required")
+    return torch.ops.myops.conv_transpose2d_gelu_group_stats(
+        input, weight, bias, _pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation),
+        approximate, num_groups, eps)
+
+
+def group_norm_with_stats(input: Tensor, mean: Tensor, rstd: Tensor, weight: Optional[Tensor] = None,
+                          bias: Optional[Tensor] = None) -> Tensor:
+    """GroupNorm's normalisation of ``input [N, C, *]`` with given statistics ``mean, rstd
+    [N, num_groups]`` (as :func:`conv_transpose2d_gelu_group_stats` returns them), computed in their
+    dtype and rounded once to the input's; plain torch ops, so that torch.compile fuses it with its
+    consumers. The result keeps the input's memory format."""
+    n, c = input.shape[0], input.shape[1]
+    groups = mean.shape[1]
+    per_channel = [n, c] + [1] * (input.dim() - 2)
+
+    def expand(stat):  # [N, G] -> [N, C, 1, ...]: each group's value for its channels
+        return stat.unsqueeze(-1).expand(n, groups, c // groups).reshape(per_channel)
+
+    out = (input.to(mean.dtype) - expand(mean)) * expand(rstd)
+    if weight is not None:
+        out = out * weight.to(mean.dtype).reshape([c] + [1] * (input.dim() - 2))
+    if bias is not None:
+        out = out + bias.to(mean.dtype).reshape([c] + [1] * (input.dim() - 2))
+    return out.to(input.dtype)
+
+
 def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrPair = 1,
         padding: IntOrPair = 0, output_padding: IntOrPair = 0, groups: int = 1,

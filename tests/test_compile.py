@@ -102,6 +102,25 @@ def test_several_chains_in_sequential_and_residual_blocks():
     assert mc.stats()[FUSED] == 2
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_normalise_fused_into_pointwise_consumer(device):
+    # The refine chain only feeds the residual add: it becomes the op that stops at GroupNorm's
+    # statistics, and Inductor generates the normalisation inside the add's kernel. The up chain
+    # also feeds a convolution: the fused op, normalising in place.
+    model, x = TwoChainsResidual().to(device), torch.randn(2, 8, 6, 5, device=device)
+    mc.enable()
+    with no_cache(), torch.no_grad():
+        out, code = run_and_get_code(torch.compile(model, fullgraph=True), x)
+    code = "\n".join(code)
+    calls = [line for line in code.splitlines() if "= torch.ops.myops." in line]
+    assert [c.split("torch.ops.myops.")[1].split("(")[0] for c in calls] == [
+        "conv_transpose2d_gelu_group_norm.default", "conv_transpose2d_gelu_group_stats.default"], calls
+    tol = 5e-3 if device == "cuda" else 1e-4
+    ref = model(x)
+    torch.testing.assert_close(out, ref, atol=tol * max(1.0, ref.abs().max().item()), rtol=tol)
+    assert mc.stats()[FUSED] == 2
+
+
 class ConvUsedTwice(Block):
     def forward(self, x):
         y = self.conv(x)

@@ -23,6 +23,13 @@ def fused(approximate="none", num_groups=3, gn_weight=None, gn_bias=None, device
                                                 num_groups, gn_weight, gn_bias, 1e-5)
 
 
+def group_stats(approximate="none", num_groups=3, stride=(1, 1), device="cpu"):
+    x = t(2, 4, 5, 5, device=device)
+    w = t(4, 3, 3, 3, device=device)
+    return OPS.conv_transpose2d_gelu_group_stats(x, w, None, list(stride), [0, 0], [0, 0], 1, [1, 1], approximate,
+                                                 num_groups, 1e-5)
+
+
 def chain(x=None, mean=None, var=None, bn_weight=None, kernel_size=(2, 2), pool_stride=(2, 2), pool_padding=(0, 0),
           pool_dilation=(1, 1), num_groups=2, gn_weight=None, device="cpu"):
     x = t(2, 4, 6, 6, device=device) if x is None else x
@@ -68,6 +75,11 @@ def C(device):
         ("fused gn_weight length", lambda: fused(gn_weight=t(4, device=d), device=d), "conv_transpose2d_gelu_group_norm", "gn_weight"),
         ("fused gn_bias dtype", lambda: fused(gn_bias=t(3, dtype=torch.bfloat16, device=d), device=d),
          "conv_transpose2d_gelu_group_norm", "gn_bias"),
+        ("group stats approximate", lambda: group_stats(approximate="erf", device=d), "conv_transpose2d_gelu_group_stats",
+         "approximate"),
+        ("group stats num_groups", lambda: group_stats(num_groups=2, device=d), "conv_transpose2d_gelu_group_stats",
+         "num_groups"),
+        ("group stats stride", lambda: group_stats(stride=(0, 1), device=d), "conv_transpose2d_gelu_group_stats", "stride"),
         ("stats conv groups", lambda: OPS.conv_transpose2d_channel_stats(t(2, 6, 5, 5, device=d), t(6, 2, 3, 3, device=d),
                                                                          None, [1, 1], [0, 0], [0, 0], 4, [1, 1]),
          "conv_transpose2d_channel_stats", "groups"),

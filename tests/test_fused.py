@@ -7,7 +7,8 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_narrow_conv_config, random_tma_conv_config, random_wide_conv_config, ref_fused,
+                       random_narrow_conv_config, random_tma_conv_config, random_wide_conv_config,
+                       ref_conv_transpose2d, ref_fused,
                        set_conv_kernel, tolerance)
 
 RANDOM_RUNS = [(torch.float32, 100), (torch.float64, 30), (torch.bfloat16, 30), (torch.float16, 30)]
@@ -44,6 +45,39 @@ def check_random_fused(rng, count, dtype, device, config):
 @pytest.mark.parametrize("dtype,count", RANDOM_RUNS, ids=lambda v: str(v))
 def test_random_configs_match_pytorch_chain(device, dtype, count):
     check_random_fused(random.Random(99 + count), count, dtype, device, random_conv_config)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("config", [random_conv_config, random_wide_conv_config], ids=["small", "wide"])
+def test_group_stats_random_configs(device, dtype, config):
+    # the chain up to GroupNorm's statistics: GELU's output against float64 PyTorch, mean / rstd
+    # against those of the output as returned (float64), and group_norm_with_stats on top against
+    # the whole chain
+    rng = random.Random(4242)
+    for i in range(20):
+        cfg, args = random_fused_case(rng, dtype, device, config)
+        x, w, b, *conv, approximate, num_groups, gn_w, gn_b, eps = args
+        act, mean, rstd = torch.ops.myops.conv_transpose2d_gelu_group_stats(x, w, b, *conv, approximate, num_groups, eps)
+        stats_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        assert act.dtype == dtype and mean.dtype == rstd.dtype == stats_dtype
+        assert mean.shape == rstd.shape == (x.shape[0], num_groups)
+        try:
+            ref_act = F.gelu(ref_conv_transpose2d(x, w, b, *conv), approximate=approximate)
+            assert_matches(act, ref_act, tolerance(dtype, device))
+            if act.numel() == 0:
+                continue
+            grouped = act.double().reshape(act.shape[0], num_groups, act.shape[1:].numel() // num_groups)
+            var, ref_mean = torch.var_mean(grouped, dim=2, correction=0)
+            stat_tol = 1e-10 if dtype == torch.float64 else 1e-5
+            torch.testing.assert_close(mean.double(), ref_mean, atol=stat_tol * (1 + ref_mean.abs().max().item()),
+                                       rtol=stat_tol)
+            torch.testing.assert_close(rstd.double(), (var + eps).rsqrt(), atol=0, rtol=stat_tol * 10)
+            out = myops.group_norm_with_stats(act, mean, rstd, gn_w, gn_b)
+            assert out.dtype == dtype
+            assert_matches(out, ref_fused(*args), tolerance(dtype, device) * 4, floor=1.0)
+        except AssertionError as e:
+            raise AssertionError(f"config {i}: {cfg}, gelu={approximate}, groups={num_groups}: {e}") from None
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -57,9 +57,29 @@ def test_gradcheck_fused(case, approximate):
     assert gradcheck(fn, (x, w, b, gw, gb))
 
 
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_gradcheck_fused_group_stats(case):
+    # all three outputs (the activation, mean and rstd per group) carry gradients; then the
+    # normalisation written in torch ops on top reproduces the fused op's gradients
+    xs, ws, has_bias, *args = case
+    c_out = ws[1] * args[3]
+    x, w, gw, gb = _p(*xs), _p(*ws), _p(c_out), _p(c_out)
+    b = _p(c_out) if has_bias else None
+    groups = 2 if c_out % 2 == 0 else 1
+
+    def stats(x, w, b):
+        return myops.conv_transpose2d_gelu_group_stats(x, w, b, *args, approximate="tanh", num_groups=groups, eps=1e-3)
+
+    assert gradcheck(stats, (x, w, b))
+    assert gradcheck(lambda x, w, b, gw, gb: myops.group_norm_with_stats(*stats(x, w, b), gw, gb), (x, w, b, gw, gb))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_gradients_equal_pytorch_modules(device, dtype):
+@pytest.mark.parametrize("form", ["fused", "group_stats"])
+def test_fused_gradients_equal_pytorch_modules(device, dtype, form):
+    # form "group_stats": the op that stops at GroupNorm's statistics + group_norm_with_stats (what
+    # the compile pass emits before a pointwise consumer)
     conv = torch.nn.ConvTranspose2d(8, 6, (3, 2), stride=2, padding=1, output_padding=1, groups=2).to(device, dtype)
     gn = torch.nn.GroupNorm(3, 6).to(device, dtype)
     x = torch.randn(2, 8, 5, 6, device=device, dtype=dtype, requires_grad=True)
@@ -72,9 +92,14 @@ def test_fused_gradients_equal_pytorch_modules(device, dtype):
         return [t.grad.clone() for t in (x, conv.weight, conv.bias, gn.weight, gn.bias)]
 
     ref = grads(lambda: gn(F.gelu(conv(x), approximate="tanh")))
-    ours = grads(lambda: myops.conv_transpose2d_gelu_group_norm(
-        x, conv.weight, conv.bias, 2, 1, 1, 2, 1, approximate="tanh", num_groups=3,
-        gn_weight=gn.weight, gn_bias=gn.bias, eps=gn.eps))
+    if form == "fused":
+        ours = grads(lambda: myops.conv_transpose2d_gelu_group_norm(
+            x, conv.weight, conv.bias, 2, 1, 1, 2, 1, approximate="tanh", num_groups=3,
+            gn_weight=gn.weight, gn_bias=gn.bias, eps=gn.eps))
+    else:
+        ours = grads(lambda: myops.group_norm_with_stats(*myops.conv_transpose2d_gelu_group_stats(
+            x, conv.weight, conv.bias, 2, 1, 1, 2, 1, approximate="tanh", num_groups=3, eps=gn.eps),
+            gn.weight, gn.bias))
     tol = 5e-2 if dtype == torch.bfloat16 else max(tolerance(dtype, device) * 10, 1e-4)
     for name, a, b in zip(["input", "weight", "bias", "gn_weight", "gn_bias"], ours, ref):
         scale = b.abs().max().item()

@@ -143,6 +143,34 @@ at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
   return out.contiguous(output_memory_format(input));
 }
 
+// conv + bias + GELU, writing per-tile GroupNorm partials, then their fixed-order reduction:
+// the un-normalised output (contiguous NCHW) and mean / rstd (float64, [N * num_groups]).
+struct GeluGroupStats {
+  at::Tensor out, mean, rstd;
+};
+GeluGroupStats conv_gelu_group_stats(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                     const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
+                                     GeluApprox approx, int64_t num_groups, double eps) {
+  const auto plan = conv_plan_for(p, input);
+  const int64_t tiles = plan.tiles_per_sample;
+  const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(stats_dtype));
+  cuda::ConvEpilogue ep;
+  ep.gelu = true;
+  ep.approx = approx;
+  ep.tile_stats = tile_stats.data_ptr();
+  GeluGroupStats r;
+  r.out = conv_forward(op, input, weight, bias, p, plan, ep);
+  const auto stat_opts = input.options().dtype(at::kDouble);
+  r.mean = at::empty({p.N * num_groups}, stat_opts);
+  r.rstd = at::empty({p.N * num_groups}, stat_opts);
+  check_launch(cuda::group_norm_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()),
+                                                 p.N, p.C_out, tiles, num_groups, eps, r.mean.data_ptr<double>(),
+                                                 r.rstd.data_ptr<double>(), at::cuda::getCurrentCUDAStream()),
+               op);
+  return r;
+}
+
 at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -154,26 +182,27 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   const GeluApprox approx = check_gelu_approximate(kOp, approximate);
   check_group_norm_channels(kOp, input, p.C_out, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
   const c10::cuda::CUDAGuard guard(input.device());
-  // 1) conv + bias + GELU, writing per-tile GroupNorm partials; 2) fixed-order reduction to
-  // mean / rstd per (n, group); 3) normalise in place.
-  const auto plan = conv_plan_for(p, input);
-  const int64_t tiles = plan.tiles_per_sample;
+  // 1) conv + bias + GELU with GroupNorm partials, reduced to mean / rstd; 2) normalise in place.
+  GeluGroupStats r = conv_gelu_group_stats(kOp, input, weight, bias, p, approx, num_groups, eps);
+  group_norm_apply(kOp, r.out, r.out, num_groups, r.mean, r.rstd, gn_weight, gn_bias);
+  return r.out.contiguous(output_memory_format(input));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats_cuda(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
+    double eps) {
+  constexpr const char* kOp = "conv_transpose2d_gelu_group_stats";
+  const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding,
+                                        groups, dilation);
+  const GeluApprox approx = check_gelu_approximate(kOp, approximate);
+  check_group_norm_channels(kOp, input, p.C_out, num_groups, std::nullopt, std::nullopt, "gn_weight", "gn_bias");
+  const c10::cuda::CUDAGuard guard(input.device());
+  GeluGroupStats r = conv_gelu_group_stats(kOp, input, weight, bias, p, approx, num_groups, eps);
   const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(stats_dtype));
-  cuda::ConvEpilogue ep;
-  ep.gelu = true;
-  ep.approx = approx;
-  ep.tile_stats = tile_stats.data_ptr();
-  at::Tensor out = conv_forward(kOp, input, weight, bias, p, plan, ep);
-  const auto stat_opts = input.options().dtype(at::kDouble);
-  at::Tensor mean = at::empty({p.N * num_groups}, stat_opts), rstd = at::empty({p.N * num_groups}, stat_opts);
-  check_launch(cuda::group_norm_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()),
-                                                 p.N, p.C_out, tiles,
-                                                 num_groups, eps, mean.data_ptr<double>(),
-                                                 rstd.data_ptr<double>(), at::cuda::getCurrentCUDAStream()),
-               kOp);
-  group_norm_apply(kOp, out, out, num_groups, mean, rstd, gn_weight, gn_bias);
-  return out.contiguous(output_memory_format(input));
+  return {r.out.contiguous(output_memory_format(input)), r.mean.view({p.N, num_groups}).to(stats_dtype),
+          r.rstd.view({p.N, num_groups}).to(stats_dtype)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cuda(
@@ -259,6 +288,7 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("gelu", &gelu_cuda);
   m.impl("group_norm", &group_norm_cuda);
   m.impl("conv_transpose2d_gelu_group_norm", &conv_transpose2d_gelu_group_norm_cuda);
+  m.impl("conv_transpose2d_gelu_group_stats", &conv_transpose2d_gelu_group_stats_cuda);
   m.impl("conv_transpose2d_channel_stats", &conv_transpose2d_channel_stats_cuda);
   m.impl("batch_norm_tanh_max_pool2d_group_norm", &batch_norm_tanh_max_pool2d_group_norm_cuda);
 }
