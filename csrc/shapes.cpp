@@ -130,6 +130,18 @@ void check_group_norm_channels(const char* op, const at::Tensor& reference, int6
   }
 }
 
+ConvGeluGroupNorm check_conv_transpose2d_gelu_group_norm(
+    const char* op, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
+    const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias) {
+  ConvGeluGroupNorm r;
+  r.conv = check_conv_transpose2d(op, input, weight, bias, stride, padding, output_padding, groups, dilation);
+  r.approx = check_gelu_approximate(op, approximate);
+  check_group_norm_channels(op, input, r.conv.C_out, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
+  return r;
+}
+
 void check_group_norm(const char* op, const at::Tensor& input, int64_t num_groups,
                       const std::optional<at::Tensor>& weight,
                       const std::optional<at::Tensor>& bias, const char* weight_name,

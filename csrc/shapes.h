@@ -76,6 +76,18 @@ void check_group_norm_channels(const char* op, const at::Tensor& reference, int6
                                const std::optional<at::Tensor>& bias, const char* weight_name,
                                const char* bias_name);
 
+// All checks of the conv_transpose2d -> gelu -> group_norm ops (the fused op and the one stopping at
+// the statistics, whose gn_weight / gn_bias are absent), shared by their CPU and CUDA kernels.
+struct ConvGeluGroupNorm {
+  ConvTranspose2dParams conv;
+  GeluApprox approx;
+};
+ConvGeluGroupNorm check_conv_transpose2d_gelu_group_norm(
+    const char* op, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
+    const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias);
+
 // max_pool2d over an [N, C, H, W] tensor (ceil_mode false): kernel_size, stride, padding,
 // dilation are pairs, padding at most half the kernel (as PyTorch requires).
 Pool2dParams check_max_pool2d(const char* op, int64_t H, int64_t W, at::IntArrayRef kernel_size,

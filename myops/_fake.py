@@ -31,27 +31,30 @@ def _group_norm_fake(input, num_groups, weight, bias, eps):
     return input.new_empty(input.shape).contiguous(memory_format=_shapes.output_memory_format(input))
 
 
-@torch.library.register_fake("myops::conv_transpose2d_gelu_group_norm")
-def _fused_fake(input, weight, bias, stride, padding, output_padding, groups, dilation,
-                approximate, num_groups, gn_weight, gn_bias, eps):
-    op = "conv_transpose2d_gelu_group_norm"
+def _conv_gelu_group_norm_shape(op, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                                approximate, num_groups, gn_weight, gn_bias):
+    """The checks of the conv_transpose2d -> gelu -> group_norm ops; the conv's output shape."""
     shape = _shapes.conv_transpose2d_out_shape(
         op, input, weight, bias, stride, padding, output_padding, groups, dilation)
     _shapes.check(approximate in ("none", "tanh"), op, "approximate",
                   f"must be 'none' or 'tanh', got '{approximate}'")
     _shapes.check_group_norm_channels(op, input, shape[1], num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias")
+    return shape
+
+
+@torch.library.register_fake("myops::conv_transpose2d_gelu_group_norm")
+def _fused_fake(input, weight, bias, stride, padding, output_padding, groups, dilation,
+                approximate, num_groups, gn_weight, gn_bias, eps):
+    shape = _conv_gelu_group_norm_shape("conv_transpose2d_gelu_group_norm", input, weight, bias, stride, padding,
+                                        output_padding, groups, dilation, approximate, num_groups, gn_weight, gn_bias)
     return _empty_4d(shape, input)
 
 
 @torch.library.register_fake("myops::conv_transpose2d_gelu_group_stats")
 def _fused_stats_fake(input, weight, bias, stride, padding, output_padding, groups, dilation,
                       approximate, num_groups, eps):
-    op = "conv_transpose2d_gelu_group_stats"
-    shape = _shapes.conv_transpose2d_out_shape(
-        op, input, weight, bias, stride, padding, output_padding, groups, dilation)
-    _shapes.check(approximate in ("none", "tanh"), op, "approximate",
-                  f"must be 'none' or 'tanh', got '{approximate}'")
-    _shapes.check_group_norm_channels(op, input, shape[1], num_groups, None, None, "gn_weight", "gn_bias")
+    shape = _conv_gelu_group_norm_shape("conv_transpose2d_gelu_group_stats", input, weight, bias, stride, padding,
+                                        output_padding, groups, dilation, approximate, num_groups, None, None)
     stats = input.new_empty([shape[0], num_groups], dtype=_shapes.stats_dtype(input))
     return _empty_4d(shape, input), stats, torch.empty_like(stats)
 

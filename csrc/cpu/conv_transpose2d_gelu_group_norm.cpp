@@ -23,11 +23,9 @@ at::Tensor conv_transpose2d_gelu_group_norm_cpu(
     c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
     double eps) {
-  const ConvTranspose2dParams p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding,
-                                                         output_padding, groups, dilation);
-  const GeluApprox approx = check_gelu_approximate(kOp, approximate);
-  check_group_norm_channels(kOp, input, p.C_out, num_groups, gn_weight, gn_bias, "gn_weight",
-                            "gn_bias");
+  const auto [p, approx] = check_conv_transpose2d_gelu_group_norm(
+      kOp, input, weight, bias, stride, padding, output_padding, groups, dilation, approximate, num_groups,
+      gn_weight, gn_bias);
   at::Tensor conv = conv_transpose2d_compute(input, weight, bias, p);
   at::Tensor out = conv.scalar_type() == input.scalar_type()
                        ? conv
@@ -47,11 +45,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
     c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     double eps) {
   constexpr const char* kStatsOp = "conv_transpose2d_gelu_group_stats";
-  const ConvTranspose2dParams p = check_conv_transpose2d(kStatsOp, input, weight, bias, stride, padding,
-                                                         output_padding, groups, dilation);
-  const GeluApprox approx = check_gelu_approximate(kStatsOp, approximate);
-  check_group_norm_channels(kStatsOp, input, p.C_out, num_groups, std::nullopt, std::nullopt, "gn_weight",
-                            "gn_bias");
+  const auto [p, approx] = check_conv_transpose2d_gelu_group_norm(
+      kStatsOp, input, weight, bias, stride, padding, output_padding, groups, dilation, approximate, num_groups,
+      std::nullopt, std::nullopt);
   at::Tensor act = conv_transpose2d_compute(input, weight, bias, p);
   AT_DISPATCH_FLOATING_TYPES(act.scalar_type(), "myops::conv_transpose2d_gelu_group_stats (CPU)", [&] {
     scalar_t* data = act.data_ptr<scalar_t>();

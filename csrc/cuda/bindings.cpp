@@ -177,10 +177,9 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps) {
   constexpr const char* kOp = "conv_transpose2d_gelu_group_norm";
-  const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding,
-                                        groups, dilation);
-  const GeluApprox approx = check_gelu_approximate(kOp, approximate);
-  check_group_norm_channels(kOp, input, p.C_out, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
+  const auto [p, approx] = check_conv_transpose2d_gelu_group_norm(
+      kOp, input, weight, bias, stride, padding, output_padding, groups, dilation, approximate, num_groups,
+      gn_weight, gn_bias);
   const c10::cuda::CUDAGuard guard(input.device());
   // 1) conv + bias + GELU with GroupNorm partials, reduced to mean / rstd; 2) normalise in place.
   GeluGroupStats r = conv_gelu_group_stats(kOp, input, weight, bias, p, approx, num_groups, eps);
@@ -194,10 +193,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
     c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     double eps) {
   constexpr const char* kOp = "conv_transpose2d_gelu_group_stats";
-  const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding,
-                                        groups, dilation);
-  const GeluApprox approx = check_gelu_approximate(kOp, approximate);
-  check_group_norm_channels(kOp, input, p.C_out, num_groups, std::nullopt, std::nullopt, "gn_weight", "gn_bias");
+  const auto [p, approx] = check_conv_transpose2d_gelu_group_norm(
+      kOp, input, weight, bias, stride, padding, output_padding, groups, dilation, approximate, num_groups,
+      std::nullopt, std::nullopt);
   const c10::cuda::CUDAGuard guard(input.device());
   GeluGroupStats r = conv_gelu_group_stats(kOp, input, weight, bias, p, approx, num_groups, eps);
   const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
