@@ -111,6 +111,10 @@ Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(
     at::IntArrayRef pool_dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
     const std::optional<at::Tensor>& gn_bias);
 
+// float64 computes in float64; float32, float16 and bfloat16 compute (and accumulate) in float32:
+// also the dtype of the batch / group statistics the ops return or keep per tile.
+inline at::ScalarType compute_dtype(at::ScalarType dt) { return dt == at::kDouble ? at::kDouble : at::kFloat; }
+
 // Floating dtypes the kernels implement.
 void check_floating(const char* op, const char* arg, const at::Tensor& t);
 

@@ -94,16 +94,16 @@ def group_norm_with_stats(input: Tensor, mean: Tensor, rstd: Tensor, weight: Opt
     consumers. The result keeps the input's memory format."""
     n, c = input.shape[0], input.shape[1]
     groups = mean.shape[1]
-    per_channel = [n, c] + [1] * (input.dim() - 2)
+    spatial = [1] * (input.dim() - 2)
 
     def expand(stat):  # [N, G] -> [N, C, 1, ...]: each group's value for its channels
-        return stat.unsqueeze(-1).expand(n, groups, c // groups).reshape(per_channel)
+        return stat.unsqueeze(-1).expand(n, groups, c // groups).reshape([n, c] + spatial)
 
     out = (input.to(mean.dtype) - expand(mean)) * expand(rstd)
     if weight is not None:
-        out = out * weight.to(mean.dtype).reshape([c] + [1] * (input.dim() - 2))
+        out = out * weight.to(mean.dtype).reshape([c] + spatial)
     if bias is not None:
-        out = out + bias.to(mean.dtype).reshape([c] + [1] * (input.dim() - 2))
+        out = out + bias.to(mean.dtype).reshape([c] + spatial)
     return out.to(input.dtype)
 
 

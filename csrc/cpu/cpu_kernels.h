@@ -5,13 +5,9 @@
 #include <optional>
 
 #include "common/conv_params.h"
+#include "shapes.h"  // compute_dtype
 
 namespace myops {
-
-// float64 computes in float64; float32, float16 and bfloat16 compute (and accumulate) in float32.
-inline at::ScalarType compute_dtype(at::ScalarType dt) {
-  return dt == at::kDouble ? at::kDouble : at::kFloat;
-}
 
 // The transposed convolution (already checked), in compute_dtype, as a contiguous NCHW tensor.
 at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& weight,

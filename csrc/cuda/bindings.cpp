@@ -153,7 +153,7 @@ GeluGroupStats conv_gelu_group_stats(const char* op, const at::Tensor& input, co
                                      GeluApprox approx, int64_t num_groups, double eps) {
   const auto plan = conv_plan_for(p, input);
   const int64_t tiles = plan.tiles_per_sample;
-  const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto stats_dtype = compute_dtype(input.scalar_type());
   at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(stats_dtype));
   cuda::ConvEpilogue ep;
   ep.gelu = true;
@@ -198,7 +198,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
       std::nullopt, std::nullopt);
   const c10::cuda::CUDAGuard guard(input.device());
   GeluGroupStats r = conv_gelu_group_stats(kOp, input, weight, bias, p, approx, num_groups, eps);
-  const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto stats_dtype = compute_dtype(input.scalar_type());
   return {r.out.contiguous(output_memory_format(input)), r.mean.view({p.N, num_groups}).to(stats_dtype),
           r.rstd.view({p.N, num_groups}).to(stats_dtype)};
 }
@@ -214,7 +214,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
   // the conv epilogue writes per-tile (count, mean, M2) of the stored output; a fixed-order
   // reduction per channel gives BatchNorm's batch mean and biased variance
   const auto plan = conv_plan_for(p, input);
-  const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto stats_dtype = compute_dtype(input.scalar_type());
   at::Tensor tile_stats = at::empty({p.N, p.C_out, plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
   cuda::ConvEpilogue ep;
   ep.tile_stats = tile_stats.data_ptr();
@@ -248,7 +248,7 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
   const c10::cuda::CUDAGuard guard(input.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto dtype = kernel_dtype(input.scalar_type());
-  const auto stats_dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto stats_dtype = compute_dtype(input.scalar_type());
   const at::Tensor x = input.contiguous();
   const at::Tensor m = mean.to(stats_dtype).contiguous(), v = var.to(stats_dtype).contiguous();
   const at::Tensor w = contiguous_or_undefined(bn_weight), b = contiguous_or_undefined(bn_bias);
