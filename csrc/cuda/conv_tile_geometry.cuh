@@ -160,6 +160,14 @@ __device__ inline unsigned short ld_shared<unsigned short>(uint32_t addr) {
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
   return v;
 }
+// base[index] through the read-only path, its address one wide multiply-add (left to itself the
+// compiler forms base + index in 64-bit element units per load: four instructions each).
+__device__ inline float ld_nc_indexed(const float* base, int index) {
+  float v;
+  asm("{\n .reg .u64 a;\n mad.wide.s32 a, %1, 4, %2;\n ld.global.nc.f32 %0, [a];\n}\n"
+      : "=f"(v) : "r"(index), "l"(base));
+  return v;
+}
 __device__ inline void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
 }
@@ -179,6 +187,36 @@ __device__ inline uint32_t to_tf32(float f) { return (__float_as_uint(f) + 0x100
 template <typename T>
 constexpr int chunk_channels() { return std::is_same<T, float>::value ? 8 : 16; }
 inline int chunk_channels(DType d) { return d == DType::F32 ? 8 : 16; }
+
+// One chunk's channels of a thread's N halo pixels from the NCHW planes in global memory: first
+// is the chunk's first plane, src[k] pixel k's offset in a plane (present pixels only); channels
+// past ch_valid re-read the last valid plane (a valid address; packing zeroes them). The
+// producers of both tensor-core kernels call it on their own staging arrays. float32: one plane
+// pointer stepped per channel and one wide multiply-add per value (the 64-bit index arithmetic
+// the compiler forms otherwise cost as many issue slots as the MMAs of a 4-tap layer); 16-bit
+// types, twice the values in flight, keep 32-bit plane offsets (fewer live registers).
+template <int N, typename Raw, int kCh>
+__device__ __forceinline__ void load_halo_planes(Raw (&staged)[N][kCh], const Raw* first, int64_t HW,
+                                                 int ch_valid, unsigned present, const int (&src)[N]) {
+  if constexpr (std::is_same<Raw, float>::value) {
+    const float* plane = first;
+#pragma unroll
+    for (int c = 0; c < kCh; ++c) {
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        if ((present >> k) & 1u) staged[k][c] = ld_nc_indexed(plane, src[k]);
+      if (c + 1 < ch_valid) plane += HW;
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < kCh; ++c) {
+      const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);  // 32-bit: the host checks kCh * HW
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
+    }
+  }
+}
 
 // The tensor-core operand word of weight [C_in][C_out_g][kH][kW] for group grp, output channel oc,
 // tap (kh, kw) and input channel icg of the group: float32 rounded to TF32 (kept exact for the

@@ -134,10 +134,10 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     auto w_stage = [&](int64_t s) { return smem + (s & 1) * sl.w_stage; };
     auto t_stage = [&](int64_t s) { return smem + 2 * sl.w_stage + (s & 1) * sl.t_stage; };
 
-    // The halo pixels this thread stages: offset from the chunk's first plane of image n (the
-    // host guarantees (tn * C_in + 16) * H * W < 2^31, so that is 32-bit) and index in the halo
-    // (-1: none; images follow each other there). Pixels outside the image load a valid address
-    // and are zeroed when stored: the loads carry no branches.
+    // The halo pixels this thread stages: offset from the group's first channel plane of image n
+    // (the host guarantees (tn * C_in + 16) * H * W < 2^31, so that is 32-bit) and index in the
+    // halo (-1: none; images follow each other there). Pixels outside the image load a valid
+    // address and are zeroed when stored: the loads carry no branches.
     const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
     const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
     int src[kPxPerThread], dst[kPxPerThread];
@@ -160,14 +160,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     int ch_valid = 0;  // channels of the chunk in flight that exist (the rest are zero padding)
     auto load_halo = [&](int64_t chunk) {
       ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - chunk * kCh));
-      const Raw* first = x_group + chunk * kCh * HW;
-#pragma unroll
-      for (int c = 0; c < kCh; ++c) {
-        // past the last channel: reload it (zeroed when stored); 32-bit: the host checks kCh * HW
-        const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
-#pragma unroll
-        for (int k = 0; k < kPxPerThread; ++k) staged[k][c] = first[plane + src[k]];
-      }
+      load_halo_planes(staged, x_group + chunk * kCh * HW, HW, ch_valid, ~0u, src);
     };
     auto store_halo = [&](uint32_t* stage) {
 #pragma unroll
@@ -181,17 +174,24 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
         d[1] = make_uint4(w[4], w[5], w[6], w[7]);
       }
     };
-    auto load_weights = [&](int64_t chunk, uint32_t* stage) {
-      // kBM16 * 32 16-byte pieces per tap; thread tid copies piece tid % that of every
-      // (kThreads / that)-th tap, walking the taps with pointer steps.
-      constexpr int kPieces = kBM16 * 32, kTapStep = kThreads / kPieces;
-      static_assert(kThreads % kPieces == 0, "weight copy layout");
-      const int piece = tid % kPieces;
-      const uint32_t* src_w = w_block + chunk * chunk_stride + 4 * piece;
-      uint32_t* dst_w = stage + 4 * piece;
-      for (int tap = tid / kPieces; tap < taps; tap += kTapStep)
-        cp_async16(dst_w + tap * kBM16 * kFragWords, src_w + tap * tap_stride);
+    // kBM16 * 32 16-byte pieces per tap; thread tid copies piece tid % that of every
+    // (kThreads / that)-th tap, walking the taps with pointer steps.
+    constexpr int kPieces = kBM16 * 32, kTapStep = kThreads / kPieces;
+    static_assert(kThreads % kPieces == 0, "weight copy layout");
+    const int first_tap = tid / kPieces, my_taps = (taps - first_tap + kTapStep - 1) / kTapStep;
+    const uint32_t* w_next = w_block + first_tap * tap_stride + 4 * (tid % kPieces);  // of the next chunk
+    const int64_t w_tap_step = kTapStep * tap_stride;
+    const int dst_w0 = 4 * (tid % kPieces) + first_tap * kBM16 * kFragWords;
+    auto load_weights = [&](uint32_t* stage) {  // the chunks in order, from 0
+      const uint32_t* src_w = w_next;
+      uint32_t* dst_w = stage + dst_w0;
+      for (int i = 0; i < my_taps; ++i) {
+        cp_async16(dst_w, src_w);
+        src_w += w_tap_step;
+        dst_w += kTapStep * kBM16 * kFragWords;
+      }
       cp_async_commit();
+      w_next += chunk_stride;
     };
 
     // ldmatrix rows this lane addresses: x4 load i covers n8 tiles 2i, 2i+1; lane l gives row
@@ -289,14 +289,14 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     // Two stages, one barrier per chunk: the halo of chunk c + 1 is loaded into registers while
     // chunk c computes and stored after it; its weights travel by cp.async meanwhile.
     load_halo(0);
-    load_weights(0, w_stage(0));
+    load_weights(w_stage(0));
     store_halo(t_stage(0));
     for (int64_t c = 0; c < n_chunks; ++c) {
       cp_async_wait_all();
       __syncthreads();
       const bool more = c + 1 < n_chunks;
       if (more) {
-        load_weights(c + 1, w_stage(c + 1));
+        load_weights(w_stage(c + 1));
         load_halo(c + 1);
       }
       compute(t_stage(c), w_stage(c));

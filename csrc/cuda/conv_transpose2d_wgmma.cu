@@ -206,22 +206,6 @@ __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[Q][4 * R], int cnt
   wgmma_commit();
 }
 
-// One chunk's channels of this thread's halo pixels from the NCHW planes in global memory: first
-// is the chunk's first plane, src[k] pixel k's offset in a plane (present pixels only); channels
-// past ch_valid re-read the last valid plane (a valid address; packing zeroes them). Both
-// kernels' producers call it on their own staging arrays.
-template <typename Raw, int kCh>
-__device__ __forceinline__ void load_halo_planes(Raw (&staged)[kPxPerThread][kCh], const Raw* first, int64_t HW,
-                                                 int ch_valid, unsigned present, const int (&src)[kPxPerThread]) {
-#pragma unroll
-  for (int c = 0; c < kCh; ++c) {
-    const int plane = min(c, ch_valid - 1) * static_cast<int>(HW);
-#pragma unroll
-    for (int k = 0; k < kPxPerThread; ++k)
-      if ((present >> k) & 1u) staged[k][c] = first[plane + src[k]];
-  }
-}
-
 // The ping-pong producer's halo for one tile (the two-block kernel keeps this staging state inline,
 // sharing only load_halo_planes: as a struct it spilled in bfloat16 at that kernel's 96 registers
 // and measured 8-15% slower on L2_19 / L1_57 / L1_65): its pixels (kPxPerThread per thread of the warpgroup) are
