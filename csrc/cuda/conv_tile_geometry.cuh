@@ -199,13 +199,21 @@ template <int N, typename Raw, int kCh>
 __device__ __forceinline__ void load_halo_planes(Raw (&staged)[N][kCh], const Raw* first, int64_t HW,
                                                  int ch_valid, unsigned present, const int (&src)[N]) {
   if constexpr (std::is_same<Raw, float>::value) {
-    const float* plane = first;
+    auto load = [&](auto full) {
+      const float* plane = first;
 #pragma unroll
-    for (int c = 0; c < kCh; ++c) {
+      for (int c = 0; c < kCh; ++c) {
 #pragma unroll
-      for (int k = 0; k < N; ++k)
-        if ((present >> k) & 1u) staged[k][c] = ld_nc_indexed(plane, src[k]);
-      if (c + 1 < ch_valid) plane += HW;
+        for (int k = 0; k < N; ++k)
+          if ((present >> k) & 1u) staged[k][c] = ld_nc_indexed(plane, src[k]);
+        if (decltype(full)::value || c + 1 < ch_valid) plane += HW;
+      }
+    };
+    // a full chunk (all but a channel tail) steps its plane pointer without the clamp's selects
+    if (ch_valid == kCh) {
+      load(std::true_type{});
+    } else {
+      load(std::false_type{});
     }
   } else {
 #pragma unroll

@@ -168,7 +168,11 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
         if (dst[k] < 0) continue;
         const bool in = (inside >> k) & 1u;
         uint32_t w[8];
-        pack_halo_pixel<T, Raw, !kFfma>(staged[k], in, ch_valid, w);
+        if (kF32 && ch_valid == kCh) {  // float32 full chunks: no per-value channel test
+          pack_halo_pixel<T, Raw, !kFfma>(staged[k], in, kCh, w);
+        } else {  // (16-bit types spill with two copies of the packing)
+          pack_halo_pixel<T, Raw, !kFfma>(staged[k], in, ch_valid, w);
+        }
         uint4* d = reinterpret_cast<uint4*>(stage + dst[k] * kHaloPitch);
         d[0] = make_uint4(w[0], w[1], w[2], w[3]);
         d[1] = make_uint4(w[4], w[5], w[6], w[7]);
