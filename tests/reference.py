@@ -95,6 +95,50 @@ def random_tma_conv_config(rng: random.Random):
     return cfg
 
 
+def random_stride2_conv_config(rng: random.Random):
+    """A random stride-2 x 2 configuration with more than 8 output channels per group, on maps of
+    1-24 pixels: the mma.sync kernel's joint tiles (all four phases from one halo), with phase
+    grids that are not powers of two (partial tiles), tiles of several images, kernels whose
+    phases get unequal taps (odd sizes, dilation) and channel tails."""
+    while True:
+        groups = rng.choice([1, 1, 2])
+        cfg = dict(
+            N=rng.choice([1, 2, 5, 9]), C_in=groups * rng.choice([3, 8, 13, 24, 40]),
+            C_out_g=rng.choice([9, 24, 33, 64, 72, 128]), groups=groups,
+            H=rng.randint(1, 24), W=rng.randint(1, 24), kH=rng.randint(1, 6), kW=rng.randint(1, 6),
+            stride=(2, 2), dilation=(rng.randint(1, 3), rng.randint(1, 3)),
+            padding=(rng.randint(0, 3), rng.randint(0, 3)), bias=rng.random() < 0.7,
+        )
+        if with_output_padding(rng, cfg):
+            return cfg
+
+
+def random_unit_input_conv_config(rng: random.Random):
+    """A random configuration whose input has one row and / or one column (a latent vector's
+    first up-sampling layer). Half are 1 x 1 inputs through unpadded, undilated kernels of 2-16
+    taps, which the CUDA mma.sync kernel runs as one GEMM (the pointwise view: kH * kW output
+    channels per channel, folded into the statistics); batches of up to 300 images."""
+    while True:
+        groups = rng.choice([1, 1, 2])
+        cfg = dict(
+            N=rng.choice([1, 3, 37, 300]), C_in=groups * rng.choice([1, 5, 8, 20, 40]),
+            C_out_g=rng.choice([3, 8, 24, 64, 72]), groups=groups,
+            H=1, W=1, kH=rng.randint(1, 5), kW=rng.randint(1, 5),
+            stride=(rng.randint(1, 3), rng.randint(1, 3)), dilation=(rng.randint(1, 3), rng.randint(1, 3)),
+            padding=(rng.randint(0, 2), rng.randint(0, 2)), bias=rng.random() < 0.6,
+        )
+        if rng.random() < 0.5:  # the pointwise view
+            cfg.update(kH=rng.choice([1, 2, 4]), kW=rng.choice([2, 4, 8]), dilation=(1, 1), padding=(0, 0))
+            if cfg["kH"] * cfg["kW"] > 16:
+                continue
+            cfg["output_padding"] = (0, 0)
+            return cfg
+        if rng.random() < 0.5:  # one row, or one column, only
+            cfg["H" if rng.random() < 0.5 else "W"] = rng.randint(2, 9)
+        if with_output_padding(rng, cfg):
+            return cfg
+
+
 def random_narrow_conv_config(rng: random.Random):
     """A random configuration with few multiply-adds per output value (C_in / groups x kH x kW /
     (sH x sW) <= 32) on maps of up to ~200 output columns and rows: the shapes the CUDA direct

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_narrow_conv_config, random_tma_conv_config, random_wide_conv_config,
+                       random_narrow_conv_config, random_stride2_conv_config, random_tma_conv_config,
+                       random_unit_input_conv_config, random_wide_conv_config,
                        ref_conv_transpose2d, set_conv_kernel, tolerance)
 
 def check_random_configs(rng, count, make_config, dtype, device):
@@ -109,6 +110,27 @@ def test_wide_layers_random_configs(device, dtype, kernel, monkeypatch):
     # with its input as given and staged channels-last
     set_conv_kernel(monkeypatch, kernel)
     check_random_configs(random.Random(4242), 40, random_wide_conv_config, dtype, device)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kernel", ["default", "mma"])
+def test_stride2_layers_random_configs(device, dtype, kernel, monkeypatch):
+    # stride 2 x 2 layers (upsamplers): the mma.sync kernel computes all four phases of a region
+    # in one block from one halo; grids that are not powers of two, several images per tile,
+    # phases with unequal taps
+    set_conv_kernel(monkeypatch, kernel)
+    check_random_configs(random.Random(5151), 40, random_stride2_conv_config, dtype, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("kernel", ["default", "mma", "generic"])
+def test_unit_input_random_configs(device, dtype, kernel, monkeypatch):
+    # one-row / one-column inputs; 1 x 1 inputs through unpadded, undilated kernels (DCGAN's
+    # latent) run on CUDA as one GEMM over kH * kW times the output channels
+    set_conv_kernel(monkeypatch, kernel)
+    check_random_configs(random.Random(6161), 30, random_unit_input_conv_config, dtype, device)
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])

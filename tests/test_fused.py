@@ -7,7 +7,8 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_narrow_conv_config, random_tma_conv_config, random_wide_conv_config,
+                       random_narrow_conv_config, random_stride2_conv_config, random_tma_conv_config,
+                       random_unit_input_conv_config, random_wide_conv_config,
                        ref_conv_transpose2d, ref_fused,
                        set_conv_kernel, tolerance)
 
@@ -164,6 +165,25 @@ def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
     # shipped, the mma.sync kernel alone, and (on an H100) the wgmma kernel wherever it can run
     set_conv_kernel(monkeypatch, kernel)
     check_random_fused(random.Random(2024), 20, dtype, device, random_wide_conv_config)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kernel", ["default", "mma"])
+def test_stride2_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
+    # stride 2 x 2 layers through the fused epilogue: GroupNorm partials of joint tiles (all
+    # four phases of a region per block; several images per tile on small maps)
+    set_conv_kernel(monkeypatch, kernel)
+    check_random_fused(random.Random(2028), 20, dtype, device, random_stride2_conv_config)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_unit_input_random_configs_chain(device, dtype):
+    # one-row / one-column inputs through the fused epilogue; on CUDA the 1 x 1 inputs' GEMM
+    # view folds kH * kW view channels into each channel's GroupNorm partials (tiles of up to
+    # 256 one-pixel images)
+    check_random_fused(random.Random(2029), 20, dtype, device, random_unit_input_conv_config)
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])

@@ -53,6 +53,36 @@ cuda::ConvPlan conv_plan_for(const ConvTranspose2dParams& p, const at::Tensor& i
                          input.is_contiguous(at::MemoryFormat::ChannelsLast));
 }
 
+// How the kernels run a call: its parameters (or the pointwise view's) and their plan.
+struct KernelCall {
+  ConvTranspose2dParams p;
+  cuda::ConvPlan plan;
+  int channel_fold = 1;  // output channels per channel of the call (ConvEpilogue::channel_fold)
+};
+
+// A 1 x 1 input through an unpadded, undilated kernel (a latent vector's first up-sampling layer)
+// is one GEMM: output [N, C_out, kH, kW] is the memory of a 1 x 1 transposed convolution to
+// C_out * kH * kW channels, weight [C_in, C_out / groups, kH, kW] read as [C_in, C_out / groups *
+// kH * kW, 1, 1]. The mma.sync kernel runs that view where kH * kW divides its 16-channel blocks
+// (its epilogue folds a channel's kH * kW positions into its statistics): the phase decomposition
+// gives every output pixel kH * kW taps there, all but one on the input's zero border (H100, the
+// DCGAN demo's 100 -> 512 k4 layer, fused op under ncu: its conv kernel 110 -> 54 us).
+KernelCall kernel_call(const ConvTranspose2dParams& p, const at::Tensor& input) {
+  const int64_t taps = p.kH * p.kW;
+  const bool pointwise = p.H == 1 && p.W == 1 && p.pH == 0 && p.pW == 0 && p.opH == 0 && p.opW == 0 &&
+                         (p.dH == 1 || p.kH == 1) && (p.dW == 1 || p.kW == 1) && taps > 1 && 16 % taps == 0;
+  if (pointwise) {
+    ConvTranspose2dParams v = p;
+    v.C_out = p.C_out * taps;
+    v.C_out_g = p.C_out_g * taps;
+    v.kH = v.kW = v.sH = v.sW = v.dH = v.dW = 1;
+    v.OH = v.OW = 1;
+    const cuda::ConvPlan plan = conv_plan_for(v, input);
+    if (plan.engine == cuda::ConvEngine::Mma) return {v, plan, static_cast<int>(taps)};
+  }
+  return {p, conv_plan_for(p, input), 1};
+}
+
 // The input as the plan's kernel reads it: contiguous NCHW, or (WgmmaTiling::nhwc) contiguous
 // NHWC, 16-byte aligned, float32 rounded to TF32: a 16-bit channels-last input as it is, else a
 // staged copy.
@@ -71,20 +101,23 @@ at::Tensor kernel_input(const char* op, const at::Tensor& input, const cuda::Con
   return staged;
 }
 
-// The transposed convolution into a new contiguous NCHW tensor, with the given epilogue.
+// The transposed convolution of call p, run as k says, into a new contiguous NCHW tensor, with
+// the given epilogue.
 at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
-                        const cuda::ConvPlan& plan, const cuda::ConvEpilogue& epilogue) {
+                        const KernelCall& k, cuda::ConvEpilogue epilogue) {
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto dtype = kernel_dtype(input.scalar_type());
-  const at::Tensor x = kernel_input(op, input, plan, dtype, stream);
+  const at::Tensor x = kernel_input(op, input, k.plan, dtype, stream);
   const at::Tensor w = weight.contiguous();
-  const at::Tensor b = contiguous_or_undefined(bias);
-  at::Tensor prepared = at::empty({plan.prepared_numel}, w.options());
-  at::Tensor out = at::empty({p.N, p.C_out, p.OH, p.OW}, input.options());
-  check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, p, plan, stream), op);
+  at::Tensor b = contiguous_or_undefined(bias);
+  if (b.defined() && k.channel_fold > 1) b = b.repeat_interleave(k.channel_fold);  // per view channel
+  epilogue.channel_fold = k.channel_fold;
+  at::Tensor prepared = at::empty({k.plan.prepared_numel}, w.options());
+  at::Tensor out = at::empty({p.N, p.C_out, p.OH, p.OW}, input.options());  // the view's memory too
+  check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, k.p, k.plan, stream), op);
   check_launch(cuda::conv_transpose2d_forward(x.const_data_ptr(), prepared.const_data_ptr(), ptr_or_null(b),
-                                              out.data_ptr(), dtype, fp32_math(), p, plan, epilogue, stream),
+                                              out.data_ptr(), dtype, fp32_math(), k.p, k.plan, epilogue, stream),
                op);
   return out;
 }
@@ -96,8 +129,7 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   const auto p = check_conv_transpose2d("conv_transpose2d", input, weight, bias, stride, padding,
                                         output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  const auto plan = conv_plan_for(p, input);
-  return conv_forward("conv_transpose2d", input, weight, bias, p, plan, {})
+  return conv_forward("conv_transpose2d", input, weight, bias, p, kernel_call(p, input), {})
       .contiguous(output_memory_format(input));
 }
 
@@ -151,8 +183,8 @@ struct GeluGroupStats {
 GeluGroupStats conv_gelu_group_stats(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                      const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
                                      GeluApprox approx, int64_t num_groups, double eps) {
-  const auto plan = conv_plan_for(p, input);
-  const int64_t tiles = plan.tiles_per_sample;
+  const KernelCall k = kernel_call(p, input);
+  const int64_t tiles = k.plan.tiles_per_sample;
   const auto stats_dtype = compute_dtype(input.scalar_type());
   at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(stats_dtype));
   cuda::ConvEpilogue ep;
@@ -160,7 +192,7 @@ GeluGroupStats conv_gelu_group_stats(const char* op, const at::Tensor& input, co
   ep.approx = approx;
   ep.tile_stats = tile_stats.data_ptr();
   GeluGroupStats r;
-  r.out = conv_forward(op, input, weight, bias, p, plan, ep);
+  r.out = conv_forward(op, input, weight, bias, p, k, ep);
   const auto stat_opts = input.options().dtype(at::kDouble);
   r.mean = at::empty({p.N * num_groups}, stat_opts);
   r.rstd = at::empty({p.N * num_groups}, stat_opts);
@@ -213,12 +245,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
   const c10::cuda::CUDAGuard guard(input.device());
   // the conv epilogue writes per-tile (count, mean, M2) of the stored output; a fixed-order
   // reduction per channel gives BatchNorm's batch mean and biased variance
-  const auto plan = conv_plan_for(p, input);
+  const KernelCall k = kernel_call(p, input);
   const auto stats_dtype = compute_dtype(input.scalar_type());
-  at::Tensor tile_stats = at::empty({p.N, p.C_out, plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
+  at::Tensor tile_stats = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
   cuda::ConvEpilogue ep;
   ep.tile_stats = tile_stats.data_ptr();
-  at::Tensor out = conv_forward(kOp, input, weight, bias, p, plan, ep);
+  at::Tensor out = conv_forward(kOp, input, weight, bias, p, k, ep);
   at::Tensor mean = at::empty({p.C_out}, input.options().dtype(stats_dtype));
   at::Tensor var = at::empty({p.C_out}, input.options().dtype(stats_dtype));
   if (p.N * p.OH * p.OW == 0) {
@@ -226,7 +258,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
     var.fill_(std::numeric_limits<double>::quiet_NaN());
   } else {
     check_launch(cuda::channel_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
-                                                p.C_out, plan.tiles_per_sample, mean.data_ptr(), var.data_ptr(),
+                                                p.C_out, k.plan.tiles_per_sample, mean.data_ptr(), var.data_ptr(),
                                                 at::cuda::getCurrentCUDAStream()),
                  kOp);
   }

@@ -81,13 +81,14 @@ __host__ __device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t 
   return {0, 1, 0, 0, 0};
 }
 
-// One tile's GroupNorm / BatchNorm partials (count, mean, M2) of output channel oc of image n, in
-// the layout ConvEpilogue::tile_stats documents.
+// One tile's GroupNorm / BatchNorm partials (count, mean, M2) of output channel oc of image n (of
+// its fold: ConvEpilogue::channel_fold), in the layout ConvEpilogue::tile_stats documents.
 template <typename acc_t>
 __device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTranspose2dParams& p, int64_t n,
                                         int64_t oc, int64_t tile_index, int64_t tiles_per_sample, acc_t count,
                                         acc_t mean, acc_t m2) {
-  acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * p.C_out + oc) * tiles_per_sample + tile_index) * 3;
+  const int64_t channels = p.C_out / ep.channel_fold, c = oc / ep.channel_fold;
+  acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * channels + c) * tiles_per_sample + tile_index) * 3;
   st[0] = count;
   st[1] = mean;
   st[2] = m2;
@@ -96,7 +97,8 @@ __device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTransp
 // The partials of a tile holding `images` images of image_px pixels each (small maps): row c of
 // Cs holds channel c's stored values, image i at pixels [i * image_px, (i + 1) * image_px), and
 // valid[k] says whether pixel k of an image lies inside the output (the same for every image of
-// the tile). One thread per (channel, image) pair walks its image's pixels in a fixed order,
+// the tile); a statistics channel is `fold` consecutive rows (ConvEpilogue::channel_fold, a
+// divisor of c_valid). One thread per (statistics channel, image) pair walks its values in a fixed order,
 // starting at a channel-rotated pixel to spread a warp's lanes (consecutive channels, rows 8
 // words apart modulo 32 banks in the mma.sync kernel) over the banks: distinct banks for images
 // of 32 or more pixels, max(2, 32 / image_px)-way conflicts below. Every lane does useful work,
@@ -106,25 +108,32 @@ template <typename acc_t, int kThreads>
 __device__ void tile_image_stats(const acc_t* Cs, int ldc, const uint8_t* valid, int c_valid, int images,
                                  int image_px, int tid, const ConvEpilogue& ep, const ConvTranspose2dParams& p,
                                  int64_t n, int64_t oc0, int64_t tile_index, int64_t tiles_per_sample) {
-  for (int pair = tid; pair < c_valid * images; pair += kThreads) {
-    const int c = pair % c_valid, i = pair / c_valid;
-    const acc_t* v = Cs + c * ldc + i * image_px;
+  const int fold = ep.channel_fold, c_stats = c_valid / fold;
+  for (int pair = tid; pair < c_stats * images; pair += kThreads) {
+    const int c = pair % c_stats, i = pair / c_stats;
     const int first = c % image_px;
     acc_t sum = 0;
     int count = 0;
-    for (int s = 0, k = first; s < image_px; ++s, k = k + 1 == image_px ? 0 : k + 1)
-      if (valid[k]) {
-        sum += v[k];
-        ++count;
-      }
+    for (int f = 0; f < fold; ++f) {
+      const acc_t* v = Cs + (c * fold + f) * ldc + i * image_px;
+      for (int s = 0, k = first; s < image_px; ++s, k = k + 1 == image_px ? 0 : k + 1)
+        if (valid[k]) {
+          sum += v[k];
+          ++count;
+        }
+    }
     const acc_t mean = count > 0 ? sum / static_cast<acc_t>(count) : acc_t(0);
     acc_t m2 = 0;
-    for (int s = 0, k = first; s < image_px; ++s, k = k + 1 == image_px ? 0 : k + 1)
-      if (valid[k]) {
-        const acc_t d = v[k] - mean;
-        m2 += d * d;
-      }
-    write_tile_stats(ep, p, n + i, oc0 + c, tile_index, tiles_per_sample, static_cast<acc_t>(count), mean, m2);
+    for (int f = 0; f < fold; ++f) {
+      const acc_t* v = Cs + (c * fold + f) * ldc + i * image_px;
+      for (int s = 0, k = first; s < image_px; ++s, k = k + 1 == image_px ? 0 : k + 1)
+        if (valid[k]) {
+          const acc_t d = v[k] - mean;
+          m2 += d * d;
+        }
+    }
+    write_tile_stats(ep, p, n + i, oc0 + c * fold, tile_index, tiles_per_sample, static_cast<acc_t>(count), mean,
+                     m2);
   }
 }
 
@@ -135,8 +144,9 @@ __device__ void tile_image_stats(const acc_t* Cs, int ldc, const uint8_t* valid,
 // writes the GroupNorm partials (count, mean, M2) of the stored values per channel and image.
 // Each warp takes whole channels and its lanes neighbouring pixels: coalesced stores, the bias
 // in a register, and the partials reduced by shuffles in a fixed order. A tile may hold
-// `images` images of `image_px` pixels each (small maps): their partials are then reduced
-// per (channel, image) by tile_image_stats, after all channels are stored.
+// `images` images of `image_px` pixels each (small maps), and a statistics channel may fold
+// several output channels (ep.channel_fold): their partials are then reduced per (statistics
+// channel, image) by tile_image_stats, after all channels are stored.
 // The epilogue runs on threads ew.tid in [0, kThreads) (a whole block, or the consumer
 // warpgroup of a warp-specialised kernel); ew.sync() is a barrier over exactly those threads and
 // ew.pix_off holds BM entries of shared memory.
@@ -178,6 +188,22 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
   if (bias != nullptr && lane < kChPerWarp && warp + lane * kWarps < c_valid)
     lane_bias = Traits::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
   with_activation<acc_t>(ep, [&](auto act) {
+    if (plane == 1) {
+      // 1 x 1 outputs (a tile's pixels are images: the pointwise view of a 1 x 1 input): lanes
+      // along the channels, contiguous in memory, where lanes along the pixels would each store
+      // to another image; the partials then come from tile_image_stats
+      for (int m = warp; m < BM; m += kWarps) {
+        const int64_t o = pix_off[m];
+        for (int c = lane; c < c_valid; c += 32) {
+          const int64_t oc = g * p.C_out_g + oc0 + c;
+          const acc_t b = bias != nullptr ? Traits::to_acc(bias[oc]) : acc_t(0);
+          const T t = Traits::from_acc(act(Cs[c * ldc + m] + b));
+          if (o >= 0) out[n * p.C_out + oc + o] = t;
+          Cs[c * ldc + m] = Traits::to_acc(t);
+        }
+      }
+      return;
+    }
     for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i) {
       const int64_t oc = g * p.C_out_g + oc0 + c;
       T* chan = out + (n * p.C_out + oc) * plane;
@@ -196,7 +222,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
         }
       }
       if (ep.tile_stats == nullptr) continue;
-      if (images > 1) {
+      if (images > 1 || ep.channel_fold > 1) {
         // the lane's own Cs entries take the stored values; tile_image_stats reduces them below
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) Cs[c * ldc + lane + 32 * j] = stored[j];
@@ -219,7 +245,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
       if (lane == 0) write_tile_stats(ep, p, n, oc, tile_index, tiles_per_sample, count, mean, m2);
     }
   });
-  if (ep.tile_stats == nullptr || images <= 1) return;
+  if (ep.tile_stats == nullptr || (images <= 1 && ep.channel_fold == 1 && plane != 1)) return;
   __shared__ uint8_t valid[BM];  // pixel k of an image inside the output (pix_off: image 0's)
   for (int k = ew.tid; k < image_px; k += kThreads) valid[k] = pix_off[k] >= 0;
   ew.sync();  // also orders the stored values in Cs before the reduction reads them

@@ -19,6 +19,10 @@ struct ConvEpilogue {
   // the accumulation type (double for float64, else float), laid out
   // [N][C_out][ConvPlan::tiles_per_sample][3]; reduced later in a fixed order.
   void* tile_stats = nullptr;
+  // The statistics' channel is channel_fold consecutive output channels of the call (> 1: the
+  // pointwise view of a 1 x 1 input, whose channels are (channel, kh, kw): see bindings.cpp);
+  // the mma.sync kernel's blocks then hold whole folds (it divides 16).
+  int channel_fold = 1;
 };
 
 // Which kernel runs a call and what it needs: calls with few multiply-adds per output value
