@@ -81,13 +81,12 @@ __host__ __device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t 
   return {0, 1, 0, 0, 0};
 }
 
-// One tile's GroupNorm / BatchNorm partials (count, mean, M2) of output channel oc of image n (of
-// its fold: ConvEpilogue::channel_fold), in the layout ConvEpilogue::tile_stats documents.
+// One tile's GroupNorm / BatchNorm partials (count, mean, M2) of statistics channel c (of
+// `channels`) of image n, in the layout ConvEpilogue::tile_stats documents.
 template <typename acc_t>
-__device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTranspose2dParams& p, int64_t n,
-                                        int64_t oc, int64_t tile_index, int64_t tiles_per_sample, acc_t count,
-                                        acc_t mean, acc_t m2) {
-  const int64_t channels = p.C_out / ep.channel_fold, c = oc / ep.channel_fold;
+__device__ inline void write_tile_stats(const ConvEpilogue& ep, int64_t channels, int64_t n, int64_t c,
+                                        int64_t tile_index, int64_t tiles_per_sample, acc_t count, acc_t mean,
+                                        acc_t m2) {
   acc_t* st = static_cast<acc_t*>(ep.tile_stats) + ((n * channels + c) * tiles_per_sample + tile_index) * 3;
   st[0] = count;
   st[1] = mean;
@@ -104,11 +103,11 @@ __device__ inline void write_tile_stats(const ConvEpilogue& ep, const ConvTransp
 // of 32 or more pixels, max(2, 32 / image_px)-way conflicts below. Every lane does useful work,
 // where a shuffle reduction per image left most lanes idle or serialised. Pair (c, i) writes
 // (count, mean, M2) of channel oc0 + c of image n + i.
-template <typename acc_t, int kThreads>
+template <typename acc_t, int kThreads, bool kFold>
 __device__ void tile_image_stats(const acc_t* Cs, int ldc, const uint8_t* valid, int c_valid, int images,
                                  int image_px, int tid, const ConvEpilogue& ep, const ConvTranspose2dParams& p,
                                  int64_t n, int64_t oc0, int64_t tile_index, int64_t tiles_per_sample) {
-  const int fold = ep.channel_fold, c_stats = c_valid / fold;
+  const int fold = kFold ? ep.channel_fold : 1, c_stats = c_valid / fold;
   for (int pair = tid; pair < c_stats * images; pair += kThreads) {
     const int c = pair % c_stats, i = pair / c_stats;
     const int first = c % image_px;
@@ -132,8 +131,8 @@ __device__ void tile_image_stats(const acc_t* Cs, int ldc, const uint8_t* valid,
           m2 += d * d;
         }
     }
-    write_tile_stats(ep, p, n + i, oc0 + c * fold, tile_index, tiles_per_sample, static_cast<acc_t>(count), mean,
-                     m2);
+    write_tile_stats(ep, p.C_out / fold, n + i, (oc0 + c * fold) / fold, tile_index, tiles_per_sample,
+                     static_cast<acc_t>(count), mean, m2);
   }
 }
 
@@ -160,7 +159,35 @@ struct EpilogueThreads {
   Sync sync;
 };
 
-template <typename T, int BM, int BN, int kThreads, typename Sync, typename PixelOffset>
+// The stores of a tile of 1 x 1 outputs (its pixels are images: the pointwise view of a 1 x 1
+// input) with lanes along the channels, contiguous in memory, where lanes along the pixels would
+// each store to another image. The stored values go back to Cs for tile_image_stats.
+template <typename T, int BM, int kWarps>
+__device__ void store_unit_outputs(typename DTypeTraits<T>::acc_t* Cs, int ldc, const T* __restrict__ bias,
+                                   T* __restrict__ out, const ConvTranspose2dParams& p, const ConvEpilogue& ep,
+                                   int64_t n, int64_t g, int64_t oc0, int c_valid, const int64_t* pix_off,
+                                   int lane, int warp) {
+  using acc_t = typename DTypeTraits<T>::acc_t;
+  using Traits = DTypeTraits<T>;
+  with_activation<acc_t>(ep, [&](auto act) {
+    for (int m = warp; m < BM; m += kWarps) {
+      const int64_t o = pix_off[m];
+      for (int c = lane; c < c_valid; c += 32) {
+        const int64_t oc = g * p.C_out_g + oc0 + c;
+        const acc_t b = bias != nullptr ? Traits::to_acc(bias[oc]) : acc_t(0);
+        const T t = Traits::from_acc(act(Cs[c * ldc + m] + b));
+        if (o >= 0) out[n * p.C_out + oc + o] = t;
+        Cs[c * ldc + m] = Traits::to_acc(t);
+      }
+    }
+  });
+}
+
+// kUnitOutputs: the paths for 1 x 1 outputs (store_unit_outputs) and folded statistics channels
+// (ep.channel_fold > 1, which only the mma kernel's 1 x 1-output build gets). Every other build
+// leaves them out: with them ptxas spilled 100-200 bytes in the 128-register builds of the mma,
+// direct, generic and wgmma kernels. Without them a 1 x 1 output takes the general path.
+template <typename T, int BM, int BN, int kThreads, bool kUnitOutputs, typename Sync, typename PixelOffset>
 __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
                               const T* __restrict__ bias, T* __restrict__ out,
                               const ConvTranspose2dParams& p, const ConvEpilogue& ep, int64_t n,
@@ -175,81 +202,69 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
   for (int m = ew.tid; m < BM; m += kThreads) pix_off[m] = pixel_offset(m);
   ew.sync();
   const int lane = ew.tid % 32, warp = ew.tid / 32;
-  int64_t off[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) off[j] = pix_off[lane + 32 * j];
   const int c_valid = static_cast<int>(min(static_cast<int64_t>(BN), p.C_out_g - oc0));
   const int64_t plane = p.OH * p.OW;
-  // Lane i holds the bias of the warp's i-th channel: one load per warp up front instead of one
-  // per channel, whose latency every channel would wait for.
-  constexpr int kChPerWarp = (BN + kWarps - 1) / kWarps;
-  static_assert(kChPerWarp <= 32, "one bias per lane");
-  acc_t lane_bias = 0;
-  if (bias != nullptr && lane < kChPerWarp && warp + lane * kWarps < c_valid)
-    lane_bias = Traits::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
-  with_activation<acc_t>(ep, [&](auto act) {
-    if (plane == 1) {
-      // 1 x 1 outputs (a tile's pixels are images: the pointwise view of a 1 x 1 input): lanes
-      // along the channels, contiguous in memory, where lanes along the pixels would each store
-      // to another image; the partials then come from tile_image_stats
-      for (int m = warp; m < BM; m += kWarps) {
-        const int64_t o = pix_off[m];
-        for (int c = lane; c < c_valid; c += 32) {
-          const int64_t oc = g * p.C_out_g + oc0 + c;
-          const acc_t b = bias != nullptr ? Traits::to_acc(bias[oc]) : acc_t(0);
-          const T t = Traits::from_acc(act(Cs[c * ldc + m] + b));
-          if (o >= 0) out[n * p.C_out + oc + o] = t;
-          Cs[c * ldc + m] = Traits::to_acc(t);
+  if (kUnitOutputs && plane == 1) {
+    store_unit_outputs<T, BM, kWarps>(Cs, ldc, bias, out, p, ep, n, g, oc0, c_valid, pix_off, lane, warp);
+  } else {
+    int64_t off[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) off[j] = pix_off[lane + 32 * j];
+    // Lane i holds the bias of the warp's i-th channel: one load per warp up front instead of one
+    // per channel, whose latency every channel would wait for.
+    constexpr int kChPerWarp = (BN + kWarps - 1) / kWarps;
+    static_assert(kChPerWarp <= 32, "one bias per lane");
+    acc_t lane_bias = 0;
+    if (bias != nullptr && lane < kChPerWarp && warp + lane * kWarps < c_valid)
+      lane_bias = Traits::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
+    with_activation<acc_t>(ep, [&](auto act) {
+      for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i) {
+        const int64_t oc = g * p.C_out_g + oc0 + c;
+        T* chan = out + (n * p.C_out + oc) * plane;
+        const acc_t b = __shfl_sync(0xffffffffu, lane_bias, i);
+        acc_t stored[kPerLane];
+        acc_t sum = 0, count = 0;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+          const acc_t v = Cs[c * ldc + lane + 32 * j] + b;
+          const T t = Traits::from_acc(act(v));
+          stored[j] = Traits::to_acc(t);
+          if (off[j] >= 0) {
+            chan[off[j]] = t;
+            sum += stored[j];
+            count += 1;
+          }
         }
-      }
-      return;
-    }
-    for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i) {
-      const int64_t oc = g * p.C_out_g + oc0 + c;
-      T* chan = out + (n * p.C_out + oc) * plane;
-      const acc_t b = __shfl_sync(0xffffffffu, lane_bias, i);
-      acc_t stored[kPerLane];
-      acc_t sum = 0, count = 0;
+        if (ep.tile_stats == nullptr) continue;
+        if (images > 1 || (kUnitOutputs && ep.channel_fold > 1)) {
+          // the lane's own Cs entries take the stored values; tile_image_stats reduces them below
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        const acc_t v = Cs[c * ldc + lane + 32 * j] + b;
-        const T t = Traits::from_acc(act(v));
-        stored[j] = Traits::to_acc(t);
-        if (off[j] >= 0) {
-          chan[off[j]] = t;
-          sum += stored[j];
-          count += 1;
+          for (int j = 0; j < kPerLane; ++j) Cs[c * ldc + lane + 32 * j] = stored[j];
+          continue;
         }
-      }
-      if (ep.tile_stats == nullptr) continue;
-      if (images > 1 || ep.channel_fold > 1) {
-        // the lane's own Cs entries take the stored values; tile_image_stats reduces them below
 #pragma unroll
-        for (int j = 0; j < kPerLane; ++j) Cs[c * ldc + lane + 32 * j] = stored[j];
-        continue;
-      }
+        for (int o = 16; o > 0; o /= 2) {
+          sum += __shfl_xor_sync(0xffffffffu, sum, o);
+          count += __shfl_xor_sync(0xffffffffu, count, o);
+        }
+        const acc_t mean = count > 0 ? sum / count : acc_t(0);
+        acc_t m2 = 0;
 #pragma unroll
-      for (int o = 16; o > 0; o /= 2) {
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        count += __shfl_xor_sync(0xffffffffu, count, o);
-      }
-      const acc_t mean = count > 0 ? sum / count : acc_t(0);
-      acc_t m2 = 0;
+        for (int j = 0; j < kPerLane; ++j) {
+          const acc_t d = stored[j] - mean;
+          if (off[j] >= 0) m2 += d * d;
+        }
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        const acc_t d = stored[j] - mean;
-        if (off[j] >= 0) m2 += d * d;
+        for (int o = 16; o > 0; o /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
+        if (lane == 0) write_tile_stats(ep, p.C_out, n, oc, tile_index, tiles_per_sample, count, mean, m2);
       }
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
-      if (lane == 0) write_tile_stats(ep, p, n, oc, tile_index, tiles_per_sample, count, mean, m2);
-    }
-  });
-  if (ep.tile_stats == nullptr || (images <= 1 && ep.channel_fold == 1 && plane != 1)) return;
+    });
+  }
+  if (ep.tile_stats == nullptr || (images <= 1 && (!kUnitOutputs || (ep.channel_fold == 1 && plane != 1)))) return;
   __shared__ uint8_t valid[BM];  // pixel k of an image inside the output (pix_off: image 0's)
   for (int k = ew.tid; k < image_px; k += kThreads) valid[k] = pix_off[k] >= 0;
   ew.sync();  // also orders the stored values in Cs before the reduction reads them
-  tile_image_stats<acc_t, kThreads>(Cs, ldc, valid, c_valid, static_cast<int>(min(static_cast<int64_t>(images), p.N - n)),
+  tile_image_stats<acc_t, kThreads, kUnitOutputs>(Cs, ldc, valid, c_valid, static_cast<int>(min(static_cast<int64_t>(images), p.N - n)),
                                     image_px, ew.tid, ep, p, n, g * p.C_out_g + oc0, tile_index, tiles_per_sample);
 }
 

@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   const int m_valid = static_cast<int>(P - m_base < kBM ? P - m_base : kBM);
   __shared__ int64_t pix_off[kBM];
-  conv_epilogue<T, kBM, BN, kThreads>(
+  conv_epilogue<T, kBM, BN, kThreads, false>(
       Cs, kLdC, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM,
       EpilogueThreads<>{static_cast<int>(threadIdx.x), pix_off}, [&](int m) -> int64_t {
         if (m >= m_valid) return -1;

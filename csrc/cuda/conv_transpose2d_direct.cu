@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same<T, double>::value ? 2 :
     __shared__ int64_t pix_off[2][kTW];  // double-buffered: a warp may enter the next call early
     for (int r = 0; r < rows_out; ++r) {
       const int64_t oh = oh0 + r;
-      conv_epilogue<T, kTW, kCB, kThreads>(
+      conv_epilogue<T, kTW, kCB, kThreads, false>(
           tile + r * kTW, ldc, bias, out, p, ep, n, g, oc0, oh * col_tiles + tile_col, p.OH * col_tiles, 1,
           kTW, EpilogueThreads<>{tid, pix_off[r & 1]},
           [&](int m) -> int64_t { return ow0 + m < OW ? oh * OW + ow0 + m : -1; });

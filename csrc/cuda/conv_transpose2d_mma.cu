@@ -81,7 +81,8 @@ SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
 // channels per block) x kPxWarps warps along the pixels.
 // kFfma (float32 with TF32 off): the same staging with exact float32 operands and an FFMA
 // micro-tile per thread instead of mma.sync (8 pixels x 8 channels, see compute_ffma).
-template <typename T, int MT, int WM, bool kFfma, int kMinBlocks = 2>
+// kUnitOutputs: the build for 1 x 1 outputs (the pointwise view: see conv_epilogue).
+template <typename T, int MT, int WM, bool kFfma, int kMinBlocks, bool kUnitOutputs>
 __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     conv_mma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                     const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
@@ -330,7 +331,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
   }
   const int tw = tl.tw;
   __shared__ int64_t pix_off[kTilePx];
-  conv_epilogue<T, kTilePx, kBN, kThreads>(
+  conv_epilogue<T, kTilePx, kBN, kThreads, kUnitOutputs>(
       Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, images, tile_px,
       EpilogueThreads<>{static_cast<int>(threadIdx.x), pix_off}, [&](int m) -> int64_t {
         const int img = m / tile_px, r = (m - img * tile_px) / tw, c = m - img * tile_px - r * tw;
@@ -375,10 +376,14 @@ cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* 
   const int64_t tiles = conv_mma_tiles_per_sample(p, t);
   const int64_t col_tiles = p.groups * ((p.C_out_g + 16 * MT * WM - 1) / (16 * MT * WM));
   const SmemLayout sl = smem_layout(p, t);
-  return launch_conv_grid(conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks>, 128 * WM, sl.bytes, stream, tiles,
-                          col_tiles, p.N, t.tn, static_cast<const T*>(x), static_cast<const uint32_t*>(wprep),
-                          static_cast<const T*>(bias), static_cast<T*>(out), p, ep, t, sl,
-                          phase_table(p, t.th, t.tw));
+  auto run = [&](auto unit_outputs) {
+    return launch_conv_grid(conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks, decltype(unit_outputs)::value>, 128 * WM,
+                            sl.bytes, stream, tiles, col_tiles, p.N, t.tn, static_cast<const T*>(x),
+                            static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias), static_cast<T*>(out),
+                            p, ep, t, sl, phase_table(p, t.th, t.tw));
+  };
+  // 1 x 1 outputs get their own build: its epilogue paths cost the others' registers (spills)
+  return p.OH * p.OW == 1 ? run(std::true_type{}) : run(std::false_type{});
 }
 
 template <typename T>

@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // The epilogue over `threads` threads with thread index `t` (Sync: a barrier over them).
   auto epilogue = [&](auto threads, int t, auto sync) {
-    conv_epilogue<T, kBM, kBlockCh, decltype(threads)::value>(
+    conv_epilogue<T, kBM, kBlockCh, decltype(threads)::value, false>(
         Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM,
         EpilogueThreads<decltype(sync)>{t, pix_off, sync}, [&](int m) -> int64_t {
           const int q = m / kStrip, r = (m % kStrip) / 8, c = 8 * q + m % 8;

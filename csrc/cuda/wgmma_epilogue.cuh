@@ -86,7 +86,7 @@ __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restr
     }
     m2 += __shfl_xor_sync(0xffffffffu, m2, 1);
     m2 += __shfl_xor_sync(0xffffffffu, m2, 2);
-    if (tq == 0 && ch_ok) write_tile_stats(ep, p, n, oc, tile_index, tiles_per_sample, count, mean, m2);
+    if (tq == 0 && ch_ok) write_tile_stats(ep, p.C_out, n, oc, tile_index, tiles_per_sample, count, mean, m2);
   }
 }
 
