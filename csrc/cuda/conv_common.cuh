@@ -204,6 +204,8 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
   const int lane = ew.tid % 32, warp = ew.tid / 32;
   const int c_valid = static_cast<int>(min(static_cast<int64_t>(BN), p.C_out_g - oc0));
   const int64_t plane = p.OH * p.OW;
+  // partials per (statistics channel, image) by tile_image_stats, after all channels are stored
+  const bool per_image_stats = images > 1 || (kUnitOutputs && (ep.channel_fold > 1 || plane == 1));
   if (kUnitOutputs && plane == 1) {
     store_unit_outputs<T, BM, kWarps>(Cs, ldc, bias, out, p, ep, n, g, oc0, c_valid, pix_off, lane, warp);
   } else {
@@ -236,7 +238,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
           }
         }
         if (ep.tile_stats == nullptr) continue;
-        if (images > 1 || (kUnitOutputs && ep.channel_fold > 1)) {
+        if (per_image_stats) {
           // the lane's own Cs entries take the stored values; tile_image_stats reduces them below
 #pragma unroll
           for (int j = 0; j < kPerLane; ++j) Cs[c * ldc + lane + 32 * j] = stored[j];
@@ -260,7 +262,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
       }
     });
   }
-  if (ep.tile_stats == nullptr || (images <= 1 && (!kUnitOutputs || (ep.channel_fold == 1 && plane != 1)))) return;
+  if (ep.tile_stats == nullptr || !per_image_stats) return;
   __shared__ uint8_t valid[BM];  // pixel k of an image inside the output (pix_off: image 0's)
   for (int k = ew.tid; k < image_px; k += kThreads) valid[k] = pix_off[k] >= 0;
   ew.sync();  // also orders the stored values in Cs before the reduction reads them
