@@ -50,4 +50,16 @@ TORCH_LIBRARY(myops, m) {
       "int[2] pool_padding, int[2] pool_dilation, int num_groups, Tensor? gn_weight, "
       "Tensor? gn_bias, float gn_eps) -> Tensor",
       tags);
+  // The whole chain in one call (what needs no gradient): (output, batch mean, biased batch var),
+  // the statistics [C_out] in float32 (float64 for float64 input) in training, empty otherwise
+  // (mean / var then normalise). One call lets the CUDA kernels pick a cheaper intermediate than
+  // the conv output: where the conv kernel can, column pairs already reduced for a width-2 pool.
+  m.def(
+      "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(Tensor input, Tensor weight, "
+      "Tensor? bias, SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, "
+      "SymInt[2] dilation, Tensor? mean, Tensor? var, Tensor? bn_weight, Tensor? bn_bias, "
+      "bool training, float bn_eps, int[2] kernel_size, int[2] pool_stride, int[2] pool_padding, "
+      "int[2] pool_dilation, int num_groups, Tensor? gn_weight, Tensor? gn_bias, float gn_eps) "
+      "-> (Tensor, Tensor, Tensor)",
+      tags);
 }

@@ -176,6 +176,13 @@ Pool2dParams check_max_pool2d(const char* op, int64_t H, int64_t W, at::IntArray
   return q;
 }
 
+// BatchNorm's affine weight / bias: like the input, one per channel.
+static void check_batch_norm_affine(const char* op, const at::Tensor& input, int64_t channels,
+                                    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  if (weight.has_value()) check_vector(op, "bn_weight", *weight, input, channels, "one per channel");
+  if (bias.has_value()) check_vector(op, "bn_bias", *bias, input, channels, "one per channel");
+}
+
 void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t channels,
                             const at::Tensor& mean, const at::Tensor& var,
                             const std::optional<at::Tensor>& weight,
@@ -187,8 +194,7 @@ void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t cha
     MYOPS_CHECK_ARG(t.dim() == 1 && t.size(0) == channels, op, name, "must be a 1-D tensor of ",
                     channels, " elements (one per channel), got shape ", t.sizes());
   }
-  if (weight.has_value()) check_vector(op, "bn_weight", *weight, input, channels, "one per channel");
-  if (bias.has_value()) check_vector(op, "bn_bias", *bias, input, channels, "one per channel");
+  check_batch_norm_affine(op, input, channels, weight, bias);
 }
 
 Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(
@@ -205,6 +211,34 @@ Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(
                                           pool_padding, pool_dilation);
   check_group_norm_channels(op, input, C, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
   return q;
+}
+
+ConvBatchNormChain check_conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+    const char* op, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, const std::optional<at::Tensor>& mean,
+    const std::optional<at::Tensor>& var, const std::optional<at::Tensor>& bn_weight,
+    const std::optional<at::Tensor>& bn_bias, bool training, at::IntArrayRef kernel_size,
+    at::IntArrayRef pool_stride, at::IntArrayRef pool_padding, at::IntArrayRef pool_dilation,
+    int64_t num_groups, const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias) {
+  ConvBatchNormChain r;
+  r.conv = check_conv_transpose2d(op, input, weight, bias, stride, padding, output_padding, groups, dilation);
+  const ConvTranspose2dParams& p = r.conv;
+  if (training) {
+    MYOPS_CHECK_ARG(!mean.has_value(), op, "mean", "must be None when training is True (the batch statistics normalise)");
+    MYOPS_CHECK_ARG(!var.has_value(), op, "var", "must be None when training is True (the batch statistics normalise)");
+    // as torch.nn.functional.batch_norm: one value has no batch variance
+    MYOPS_CHECK_ARG(p.N * p.OH * p.OW != 1, op, "input", "expected more than 1 value per channel when training, got a "
+                    "conv_transpose2d output of size [", p.N, ", ", p.C_out, ", ", p.OH, ", ", p.OW, "]");
+    check_batch_norm_affine(op, input, p.C_out, bn_weight, bn_bias);
+  } else {
+    MYOPS_CHECK_ARG(mean.has_value(), op, "mean", "is required when training is False");
+    MYOPS_CHECK_ARG(var.has_value(), op, "var", "is required when training is False");
+    check_batch_norm_stats(op, input, p.C_out, *mean, *var, bn_weight, bn_bias);
+  }
+  r.pool = check_max_pool2d(op, p.OH, p.OW, kernel_size, pool_stride, pool_padding, pool_dilation);
+  check_group_norm_channels(op, input, p.C_out, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
+  return r;
 }
 
 at::MemoryFormat output_memory_format(const at::Tensor& input) {

@@ -111,6 +111,23 @@ Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(
     at::IntArrayRef pool_dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
     const std::optional<at::Tensor>& gn_bias);
 
+// All checks of conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm (the whole L2_11 chain in
+// one op), shared by its CPU and CUDA kernels: the conv's, then the tail's on the conv output's
+// shape. In training the batch statistics normalise (mean / var must be None, and the output needs
+// more than one value per channel); otherwise mean / var are required.
+struct ConvBatchNormChain {
+  ConvTranspose2dParams conv;
+  Pool2dParams pool;
+};
+ConvBatchNormChain check_conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+    const char* op, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, const std::optional<at::Tensor>& mean,
+    const std::optional<at::Tensor>& var, const std::optional<at::Tensor>& bn_weight,
+    const std::optional<at::Tensor>& bn_bias, bool training, at::IntArrayRef kernel_size,
+    at::IntArrayRef pool_stride, at::IntArrayRef pool_padding, at::IntArrayRef pool_dilation,
+    int64_t num_groups, const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias);
+
 // float64 computes in float64; float32, float16 and bfloat16 compute (and accumulate) in float32:
 // also the dtype of the batch / group statistics the ops return or keep per tile.
 inline at::ScalarType compute_dtype(at::ScalarType dt) { return dt == at::kDouble ? at::kDouble : at::kFloat; }

@@ -169,6 +169,12 @@ def _channel_stats_setup(ctx, inputs, output):
 
 def _channel_stats_backward(ctx, g_out, g_mean, g_var):
     input, weight, out, mean = ctx.saved_tensors
+    gi, gw, gb = _channel_stats_grads(input, weight, out, mean, g_out, g_mean, g_var, ctx.bias_len, ctx.conv_args,
+                                      ctx.needs_input_grad[:3])
+    return gi, gw, gb, None, None, None, None, None
+
+
+def _channel_stats_grads(input, weight, out, mean, g_out, g_mean, g_var, bias_len, conv_args, mask):
     count = out.numel() // max(out.shape[1], 1)
     g = torch.zeros_like(out, dtype=mean.dtype) if g_out is None else g_out.to(mean.dtype)
     if g_mean is not None:
@@ -176,9 +182,7 @@ def _channel_stats_backward(ctx, g_out, g_mean, g_var):
     if g_var is not None:
         # (tensor / SymInt, not a Python float from the SymInt: dynamic shapes keep it symbolic)
         g = g + g_var.view(1, -1, 1, 1) * 2 * (out.to(mean.dtype) - mean.view(1, -1, 1, 1)) / count
-    gi, gw, gb = _conv_grads(g.to(out.dtype), input, weight, ctx.bias_len, ctx.conv_args,
-                             ctx.needs_input_grad[:3])
-    return gi, gw, gb, None, None, None, None, None
+    return _conv_grads(g.to(out.dtype), input, weight, bias_len, conv_args, mask)
 
 
 torch.library.register_autograd(
@@ -200,7 +204,16 @@ def _bn_chain_setup(ctx, inputs, output):
 
 def _bn_chain_backward(ctx, grad):
     input, mean, var, bn_weight, bn_bias, gn_weight = ctx.saved_tensors
-    needs = ctx.needs_input_grad
+    g_in, g_mean, g_var, g_bn_w, g_bn_b, g_gn_w, g_gn_b = _bn_chain_grads(
+        grad, input, mean, var, bn_weight, bn_bias, gn_weight, ctx.has_gn_bias, ctx.bn_eps, ctx.gn_eps,
+        ctx.num_groups, ctx.pool, ctx.needs_input_grad)
+    return (g_in, g_mean, g_var, g_bn_w, g_bn_b, None, None, None, None, None, None, g_gn_w, g_gn_b, None)
+
+
+def _bn_chain_grads(grad, input, mean, var, bn_weight, bn_bias, gn_weight, has_gn_bias, bn_eps, gn_eps,
+                    num_groups, pool, needs):
+    """Gradients of batch_norm_tanh_max_pool2d_group_norm's tensor inputs; needs: which, indexed
+    as its inputs."""
     ct = torch.float64 if input.dtype == torch.float64 else torch.float32
     dims = [0, 2, 3]
 
@@ -209,16 +222,16 @@ def _bn_chain_backward(ctx, grad):
 
     x = input.to(ct)
     centered = x - per_channel(mean)
-    rstd = per_channel((var.to(ct) + ctx.bn_eps).rsqrt())
+    rstd = per_channel((var.to(ct) + bn_eps).rsqrt())
     xhat = centered * rstd
     w = per_channel(bn_weight) if bn_weight is not None else None
     xn = xhat * w if w is not None else xhat
     act = torch.tanh(xn + per_channel(bn_bias) if bn_bias is not None else xn)
-    kernel_size, stride, padding, dilation = ctx.pool
+    kernel_size, stride, padding, dilation = pool
     pooled, indices = aten.max_pool2d_with_indices(act, kernel_size, stride, padding, dilation, False)
     gn_w = gn_weight.to(ct) if gn_weight is not None else None
-    gn_mask = [any(needs[:5]), needs[11] and gn_weight is not None, needs[12] and ctx.has_gn_bias]
-    g_pooled, g_gn_w, g_gn_b = _group_norm_grads(grad.to(ct), pooled, ctx.num_groups, gn_w, ctx.gn_eps, gn_mask)
+    gn_mask = [any(needs[:5]), needs[11] and gn_weight is not None, needs[12] and has_gn_bias]
+    g_pooled, g_gn_w, g_gn_b = _group_norm_grads(grad.to(ct), pooled, num_groups, gn_w, gn_eps, gn_mask)
     g_in = g_mean = g_var = g_bn_w = g_bn_b = None
     if any(needs[:5]):
         g_act = aten.max_pool2d_with_indices_backward(g_pooled, act, kernel_size, stride, padding, dilation,
@@ -240,8 +253,60 @@ def _bn_chain_backward(ctx, grad):
         g_gn_w = g_gn_w.to(gn_weight.dtype)
     if g_gn_b is not None:
         g_gn_b = g_gn_b.to(input.dtype)
-    return (g_in, g_mean, g_var, g_bn_w, g_bn_b, None, None, None, None, None, None, g_gn_w, g_gn_b, None)
+    return g_in, g_mean, g_var, g_bn_w, g_bn_b, g_gn_w, g_gn_b
 
 
 torch.library.register_autograd(
     "myops::batch_norm_tanh_max_pool2d_group_norm", _bn_chain_backward, setup_context=_bn_chain_setup)
+
+
+# --- conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm -------------------------------------
+# The one-call op keeps no intermediate: backward recomputes the conv output (and, in training,
+# the batch statistics) with the forward's own kernels, then runs the two ops' formulas above; the
+# gradients of the returned batch statistics join those the chain sends to them.
+def _conv_bn_chain_setup(ctx, inputs, output):
+    (input, weight, bias, stride, padding, output_padding, groups, dilation, mean, var, bn_weight, bn_bias,
+     training, bn_eps, kernel_size, pool_stride, pool_padding, pool_dilation, num_groups, gn_weight, gn_bias,
+     gn_eps) = inputs
+    ctx.save_for_backward(input, weight, bias, mean, var, bn_weight, bn_bias, gn_weight)
+    ctx.conv_args = (stride, padding, output_padding, groups, dilation)
+    ctx.bias_len = None if bias is None else bias.shape[0]
+    ctx.training, ctx.bn_eps, ctx.gn_eps, ctx.num_groups = training, bn_eps, gn_eps, num_groups
+    ctx.pool = (kernel_size, pool_stride, pool_padding, pool_dilation)
+    ctx.has_gn_bias = gn_bias is not None
+
+
+def _conv_bn_chain_backward(ctx, g_y, g_batch_mean, g_batch_var):
+    input, weight, bias, mean, var, bn_weight, bn_bias, gn_weight = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    conv_mask = needs[:3]
+    if ctx.training:
+        out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(input, weight, bias, *ctx.conv_args)
+        stats_needs = (any(conv_mask),) * 2
+    else:
+        out = torch.ops.myops.conv_transpose2d(input, weight, bias, *ctx.conv_args)
+        stats_needs = (needs[8], needs[9])
+    # the tail op's inputs: (input, mean, var, bn_weight, bn_bias, 6 scalars, gn_weight, gn_bias, gn_eps)
+    tail_needs = (any(conv_mask), *stats_needs, needs[10], needs[11]) + (False,) * 6 + (needs[19], needs[20], False)
+    g_out, g_mean, g_var, g_bn_w, g_bn_b, g_gn_w, g_gn_b = _bn_chain_grads(
+        g_y, out, mean, var, bn_weight, bn_bias, gn_weight, ctx.has_gn_bias, ctx.bn_eps, ctx.gn_eps,
+        ctx.num_groups, ctx.pool, tail_needs)
+    gi = gw = gb = None
+    if ctx.training:
+        if g_batch_mean is not None:
+            g_mean = g_batch_mean if g_mean is None else g_mean + g_batch_mean
+        if g_batch_var is not None:
+            g_var = g_batch_var if g_var is None else g_var + g_batch_var
+        if any(conv_mask):
+            gi, gw, gb = _channel_stats_grads(input, weight, out, mean, g_out, g_mean, g_var, ctx.bias_len,
+                                              ctx.conv_args, conv_mask)
+        g_mean = g_var = None  # no mean / var inputs in training
+    elif any(conv_mask):
+        gi, gw, gb = _conv_grads(g_out, input, weight, ctx.bias_len, ctx.conv_args, conv_mask)
+    return (gi, gw, gb, None, None, None, None, None, g_mean, g_var, g_bn_w, g_bn_b, None, None, None, None, None,
+            None, None, g_gn_w, g_gn_b, None)
+
+
+torch.library.register_autograd(
+    "myops::conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", _conv_bn_chain_backward,
+    setup_context=_conv_bn_chain_setup)

@@ -79,3 +79,15 @@ def _bn_chain_fake(input, mean, var, bn_weight, bn_bias, bn_eps, kernel_size, po
                                        pool_padding, pool_dilation)
     _shapes.check_group_norm_channels(op, input, c, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias")
     return _empty_4d([input.shape[0], c, ph, pw], input)
+
+
+@torch.library.register_fake("myops::conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm")
+def _conv_bn_chain_fake(input, weight, bias, stride, padding, output_padding, groups, dilation, mean, var,
+                        bn_weight, bn_bias, training, bn_eps, kernel_size, pool_stride, pool_padding, pool_dilation,
+                        num_groups, gn_weight, gn_bias, gn_eps):
+    conv_shape, pooled = _shapes.conv_batch_norm_chain_shape(
+        "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", input, weight, bias, stride, padding,
+        output_padding, groups, dilation, mean, var, bn_weight, bn_bias, training, kernel_size, pool_stride,
+        pool_padding, pool_dilation, num_groups, gn_weight, gn_bias)
+    stats = input.new_empty([conv_shape[1] if training else 0], dtype=_shapes.stats_dtype(input))
+    return _empty_4d(pooled, input), stats, torch.empty_like(stats)

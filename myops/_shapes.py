@@ -101,6 +101,10 @@ def check_batch_norm_stats(op, input, channels, mean, var, weight, bias):
         check(t.device == input.device, op, name, f"is on {t.device} but 'input' is on {input.device}")
         check(t.dim() == 1 and t.shape[0] == channels, op, name,
               f"must be a 1-D tensor of {channels} elements (one per channel), got shape {list(t.shape)}")
+    check_batch_norm_affine(op, input, channels, weight, bias)
+
+
+def check_batch_norm_affine(op, input, channels, weight, bias):
     for t, name in ((weight, "bn_weight"), (bias, "bn_bias")):
         if t is not None:
             check_like_input(op, name, t, input)
@@ -111,3 +115,25 @@ def check_batch_norm_stats(op, input, channels, mean, var, weight, bias):
 def stats_dtype(input: torch.Tensor) -> torch.dtype:
     """Batch statistics are float32, float64 for float64 input (the kernels' compute dtype)."""
     return torch.float64 if input.dtype == torch.float64 else torch.float32
+
+
+def conv_batch_norm_chain_shape(op, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                                mean, var, bn_weight, bn_bias, training, kernel_size, pool_stride,
+                                pool_padding, pool_dilation, num_groups, gn_weight, gn_bias):
+    """Mirror of check_conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm in csrc/shapes.cpp:
+    the conv output's shape and the pooled one."""
+    shape = conv_transpose2d_out_shape(op, input, weight, bias, stride, padding, output_padding, groups, dilation)
+    n, c, oh, ow = shape
+    if training:
+        check(mean is None, op, "mean", "must be None when training is True (the batch statistics normalise)")
+        check(var is None, op, "var", "must be None when training is True (the batch statistics normalise)")
+        check(n * oh * ow != 1, op, "input", "expected more than 1 value per channel when training, got a "
+              f"conv_transpose2d output of size {list(shape)}")
+        check_batch_norm_affine(op, input, c, bn_weight, bn_bias)
+    else:
+        check(mean is not None, op, "mean", "is required when training is False")
+        check(var is not None, op, "var", "is required when training is False")
+        check_batch_norm_stats(op, input, c, mean, var, bn_weight, bn_bias)
+    ph, pw = max_pool2d_out_hw(op, oh, ow, kernel_size, pool_stride, pool_padding, pool_dilation)
+    check_group_norm_channels(op, input, c, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias")
+    return shape, [n, c, ph, pw]

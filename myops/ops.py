@@ -8,6 +8,8 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from . import _shapes
+
 IntOrPair = Union[int, Sequence[int]]
 
 
@@ -134,21 +136,41 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         raise ValueError(f"{op}: argument 'running_mean' / 'running_var' are required when training=False "
                          "(as in torch.nn.functional.batch_norm)")
     conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
+    pool_args = (_pair(kernel_size), _pair(kernel_size if pool_stride is None else pool_stride), _pair(pool_padding),
+                 _pair(pool_dilation))
+    count = _batch_count(input, weight, conv_args) if input.dim() == 4 and weight.dim() == 4 else None
+    if training and count == 1:  # as torch.nn.functional.batch_norm: one value has no batch variance
+        raise ValueError(f"{op}: expected more than 1 value per channel when training, got a "
+                         f"conv_transpose2d output of {count} value per channel")
+    tensors = (input, weight, bias, running_mean, running_var, bn_weight, bn_bias, gn_weight, gn_bias)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
+        # No gradient: the one-call op, free to pick a cheaper intermediate than the conv output.
+        # (With one, the two ops below keep the conv output for backward instead of recomputing it.)
+        y, mean, var = torch.ops.myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+            input, weight, bias, *conv_args, None if training else running_mean, None if training else running_var,
+            bn_weight, bn_bias, training, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
+        if training and running_mean is not None and running_var is not None:
+            update_running_stats(running_mean, running_var, mean, var, count, momentum)
+        return y
     if training:
         out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(input, weight, bias, *conv_args)
-        count = out.shape[0] * out.shape[2] * out.shape[3]
-        if count == 1:  # as torch.nn.functional.batch_norm: one value has no batch variance
-            raise ValueError(f"{op}: expected more than 1 value per channel when training, got a "
-                             f"conv_transpose2d output of size {list(out.shape)}")
         if running_mean is not None and running_var is not None:
             update_running_stats(running_mean, running_var, mean, var, count, momentum)
     else:
         out = torch.ops.myops.conv_transpose2d(input, weight, bias, *conv_args)
         mean, var = running_mean, running_var
     return torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(
-        out, mean, var, bn_weight, bn_bias, bn_eps, _pair(kernel_size),
-        _pair(kernel_size if pool_stride is None else pool_stride), _pair(pool_padding),
-        _pair(pool_dilation), num_groups, gn_weight, gn_bias, gn_eps)
+        out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
+
+
+def _batch_count(input: Tensor, weight: Tensor, conv_args):
+    """N x OH x OW of the conv output: the values behind each channel's batch statistics."""
+    stride, padding, output_padding, _, dilation = conv_args
+    count = input.shape[0]
+    for i in range(2):
+        count = count * _shapes.conv_transpose_out_size(input.shape[2 + i], weight.shape[2 + i], stride[i], padding[i],
+                                                        output_padding[i], dilation[i])
+    return count
 
 
 def update_running_stats(running_mean: Tensor, running_var: Tensor, mean: Tensor, var: Tensor,

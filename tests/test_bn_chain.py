@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import myops
-from conftest import DEVICES
+from conftest import DEVICES, HAS_CUDA
 from reference import assert_matches, conv_args, f64, make_conv_inputs, random_conv_config, tolerance
 
 OP = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
@@ -184,6 +184,77 @@ def test_gradcheck_both_ops():
             y, mean, var, bw, bb, 1e-5, [3, 2], [2, 2], [1, 0], [1, 2], 2, gw, gb, 1e-5)
 
     assert torch.autograd.gradcheck(chain, (y, mean, var, bw, bb, gw, gb))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_gradcheck_one_call_op(training):
+    # gradients of the output and of the returned batch statistics, through the recomputed conv
+    torch.manual_seed(0)
+    d = torch.float64
+    x = torch.randn(2, 3, 4, 3, dtype=d, requires_grad=True)
+    w = torch.randn(3, 4, 2, 3, dtype=d, requires_grad=True)
+    b, bw, bb, gw, gb = (torch.randn(4, dtype=d, requires_grad=True) for _ in range(5))
+    stats = [] if training else [torch.randn(4, dtype=d, requires_grad=True),
+                                 (torch.rand(4, dtype=d) + 0.5).requires_grad_()]
+
+    def chain(x, w, b, bw, bb, gw, gb, *stats):
+        mean, var = stats if stats else (None, None)
+        return getattr(torch.ops.myops, OP)(x, w, b, [2, 1], [0, 1], [1, 0], 1, [1, 1], mean, var, bw, bb, training,
+                                            1e-5, [2, 2], [2, 1], [1, 0], [1, 2], 2, gw, gb, 1e-5)
+
+    assert torch.autograd.gradcheck(chain, (x, w, b, bw, bb, gw, gb, *stats))
+
+
+# Where the conv kernel stores column pairs (the float32 ping-pong wgmma kernel: 34-row output
+# maps, 4+ input-channel chunks, 64+ output channels per group), the one-call
+# op's intermediate is [N, C, OH, OW / 2]: max or min per pair by the sign of BatchNorm's weight.
+# The result must be bit-identical to the two ops' (tanh(BN) of the window maximum either way).
+PAIR_INPUT_PATHS = {"default": {}, "registers": {"MYOPS_DISABLE_NHWC_STAGING": "1"},
+                    "nhwc": {"MYOPS_FORCE_NHWC_STAGING": "1"}}
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("path", list(PAIR_INPUT_PATHS))
+@pytest.mark.parametrize("width", [32, 31], ids=["even_width", "odd_width"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_column_pair_intermediate_matches_two_ops_exactly(dtype, path, width, training, monkeypatch):
+    for k, v in PAIR_INPUT_PATHS[path].items():
+        monkeypatch.setenv(k, v)
+    torch.manual_seed(0)
+    dev = "cuda"
+    c_in, c_out = 64, 128
+    x = torch.rand(3, c_in, 32, width, device=dev, dtype=dtype)
+    w = torch.randn(c_in, c_out, 5, 5, device=dev, dtype=dtype) * 0.05
+    b = torch.randn(c_out, device=dev, dtype=dtype)
+    bn_w = torch.randn(c_out, device=dev, dtype=dtype)  # about half negative: those pairs keep their minimum
+    bn_w[:4] = 0
+    bn_b, gn_w, gn_b = (torch.randn(c_out, device=dev, dtype=dtype) for _ in range(3))
+    if not training:  # NaN reaches the windows it touches, as in max_pool2d (then image 1's groups)
+        x[1, :, 5, 7] = float("nan")
+    conv = ([1, 1], [1, 1], [0, 0], 1, [1, 1])
+    pool = ([2, 2], [2, 2], [0, 0], [1, 1])
+    if training:
+        out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(x, w, b, *conv)
+        stats = (None, None)
+    else:
+        mean, var = torch.randn(c_out, device=dev), torch.rand(c_out, device=dev) + 0.5
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv)
+        stats = (mean, var)
+    two_ops = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(out, mean, var, bn_w, bn_b, 1e-5, *pool, 8, gn_w,
+                                                                    gn_b, 1e-5)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        y, batch_mean, batch_var = getattr(torch.ops.myops, OP)(x, w, b, *conv, *stats, bn_w, bn_b, training, 1e-5,
+                                                                *pool, 8, gn_w, gn_b, 1e-5)
+        torch.cuda.synchronize()
+    assert torch.equal(y.isnan(), two_ops.isnan()) and y.isnan().any() == (not training)
+    assert torch.equal(y.nan_to_num(), two_ops.nan_to_num())
+    if training:
+        assert torch.equal(batch_mean, mean) and torch.equal(batch_var, var)
+    else:
+        assert batch_mean.numel() == 0 and batch_var.numel() == 0
+    pair_kernels = [e.name for e in prof.events() if "pingpong" in e.name and ", true>" in e.name]
+    assert bool(pair_kernels) == (dtype == torch.float32), "pair stores in float32 (measured slower in 16 bits)"
 
 
 def test_max_pool_ties_route_gradient_like_pytorch():

@@ -40,6 +40,14 @@ def chain(x=None, mean=None, var=None, bn_weight=None, kernel_size=(2, 2), pool_
                                                      num_groups, gn_weight, None, 1e-5)
 
 
+def conv_chain(training=True, mean=None, var=None, x=None, k=3, bn_weight=None, kernel_size=(2, 2), device="cpu"):
+    x = t(2, 4, 3, 3, device=device) if x is None else x
+    w = t(4, 3, k, k, device=device)
+    return OPS.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+        x, w, None, [1, 1], [0, 0], [0, 0], 1, [1, 1], mean, var, bn_weight, None, training, 1e-5, list(kernel_size),
+        [2, 2], [0, 0], [1, 1], 3, None, None, 1e-5)
+
+
 def C(device):
     """Bad-input cases: (description, thunk, op name, argument name)."""
     d = device
@@ -100,7 +108,19 @@ def C(device):
         ("chain num_groups", lambda: chain(num_groups=3, device=d), "batch_norm_tanh_max_pool2d_group_norm", "num_groups"),
         ("chain gn_weight length", lambda: chain(gn_weight=t(2, device=d), device=d),
          "batch_norm_tanh_max_pool2d_group_norm", "gn_weight"),
+        ("one-call mean in training", lambda: conv_chain(mean=t(3, device=d), device=d), ONE_CALL, "mean"),
+        ("one-call var in training", lambda: conv_chain(var=t(3, device=d), device=d), ONE_CALL, "var"),
+        ("one-call no mean in eval", lambda: conv_chain(training=False, var=t(3, device=d), device=d), ONE_CALL, "mean"),
+        ("one-call var length", lambda: conv_chain(training=False, mean=t(3, device=d), var=t(2, device=d), device=d),
+         ONE_CALL, "var"),
+        ("one-call one value", lambda: conv_chain(x=t(1, 4, 1, 1, device=d), k=1, kernel_size=(1, 1), device=d),
+         ONE_CALL, "input"),
+        ("one-call bn_weight", lambda: conv_chain(bn_weight=t(2, device=d), device=d), ONE_CALL, "bn_weight"),
+        ("one-call pool", lambda: conv_chain(kernel_size=(6, 2), device=d), ONE_CALL, "kernel_size"),
     ]
+
+
+ONE_CALL = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
 
 
 def _ids(device):

@@ -95,6 +95,26 @@ def bn_chain_samples(device):
     ]
 
 
+def conv_bn_chain_samples(device):
+    # (conv args..., mean, var, bn_weight, bn_bias, training, bn_eps, kernel_size, pool_stride,
+    #  pool_padding, pool_dilation, num_groups, gn_weight, gn_bias, gn_eps): training with and
+    # without affine parameters, eval with running statistics, every dtype and layout of conv_samples
+    out = []
+    for i, (x, w, b, *conv) in enumerate(conv_samples(device)):
+        if x.shape[0] == 0:
+            continue
+        c = w.shape[1] * conv[3]
+        like = dict(device=device, dtype=x.dtype)
+        bn_w = _t(c, **like, grad=x.requires_grad) if i % 2 == 0 else None
+        bn_b = _t(c, **like, grad=x.requires_grad) if i % 3 != 2 else None
+        gn = (_t(c, **like, grad=x.requires_grad), None) if i % 2 else (None, _t(c, **like))
+        pool = ([2, 2], [2, 2], [0, 0], [1, 1]) if i % 2 == 0 else ([2, 1], [1, 2], [1, 0], [1, 1])
+        training = i != 2
+        stats = (None, None) if training else (_t(c, device=device), _t(c, device=device).abs() + 0.5)
+        out.append((x, w, b, *conv, *stats, bn_w, bn_b, training, 1e-5, *pool, 1, *gn, 1e-5))
+    return out
+
+
 # op name -> samples as (args, kwargs)
 SAMPLES = {
     "conv_transpose2d": lambda d: [(a, {}) for a in conv_samples(d)],
@@ -104,6 +124,7 @@ SAMPLES = {
     "conv_transpose2d_gelu_group_stats": lambda d: [(a, {}) for a in group_stats_samples(d)],
     "conv_transpose2d_channel_stats": lambda d: [(a, {}) for a in channel_stats_samples(d)],
     "batch_norm_tanh_max_pool2d_group_norm": lambda d: [(a, {}) for a in bn_chain_samples(d)],
+    "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": lambda d: [(a, {}) for a in conv_bn_chain_samples(d)],
 }
 
 
@@ -134,6 +155,12 @@ def test_schemas_are_the_designed_ones():
         "Tensor mean, Tensor var, Tensor? bn_weight, Tensor? bn_bias, float bn_eps, int[2] kernel_size, "
         "int[2] pool_stride, int[2] pool_padding, int[2] pool_dilation, int num_groups, Tensor? gn_weight, "
         "Tensor? gn_bias, float gn_eps) -> Tensor",
+        "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": "myops::conv_transpose2d_batch_norm_tanh_max_pool2d_"
+        "group_norm(Tensor input, Tensor weight, Tensor? bias, SymInt[2] stride, SymInt[2] padding, "
+        "SymInt[2] output_padding, SymInt groups, SymInt[2] dilation, Tensor? mean, Tensor? var, Tensor? bn_weight, "
+        "Tensor? bn_bias, bool training, float bn_eps, int[2] kernel_size, int[2] pool_stride, int[2] pool_padding, "
+        "int[2] pool_dilation, int num_groups, Tensor? gn_weight, Tensor? gn_bias, float gn_eps) "
+        "-> (Tensor, Tensor, Tensor)",
     }
     for name, schema in expected.items():
         assert str(getattr(torch.ops.myops, name).default._schema) == schema

@@ -77,6 +77,8 @@ void bn_tanh_pool(const at::Tensor& x, const at::Tensor& scale, const at::Tensor
   });
 }
 
+}  // namespace
+
 at::Tensor batch_norm_tanh_max_pool2d_group_norm_cpu(
     const at::Tensor& input, const at::Tensor& mean, const at::Tensor& var,
     const std::optional<at::Tensor>& bn_weight, const std::optional<at::Tensor>& bn_bias,
@@ -100,8 +102,6 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cpu(
   });
   return out.contiguous(output_memory_format(input));
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(myops, CPU, m) {
   m.impl("batch_norm_tanh_max_pool2d_group_norm", &batch_norm_tanh_max_pool2d_group_norm_cpu);

@@ -39,6 +39,8 @@ void channel_stats(const at::Tensor& y, at::Tensor& mean, at::Tensor& var) {
   });
 }
 
+}  // namespace
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cpu(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -59,8 +61,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cp
   });
   return {out.contiguous(output_memory_format(input)), mean, var};
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(myops, CPU, m) {
   m.impl("conv_transpose2d_channel_stats", &conv_transpose2d_channel_stats_cpu);

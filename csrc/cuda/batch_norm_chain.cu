@@ -75,21 +75,25 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max(const T* in,
   return tanh(best);
 }
 
-// The same for MaxPool2d(2, 2) (no padding or dilation), the common case, with the window's four
-// loads unrolled: the one-block-per-group kernel below is instruction-bound (ncu on L2_11
-// bfloat16: issue slots 79% busy, DRAM 23%) and the generic window's loops were most of it.
-template <typename T>
-__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_2x2(const T* in, int W, int ph, int pw,
-                                                                        typename DTypeTraits<T>::acc_t a,
-                                                                        typename DTypeTraits<T>::acc_t s) {
+// The same for a KH x KW window of stride (KH, KW) (no padding or dilation) with its loads
+// unrolled: MaxPool2d(2, 2), the common case, and (2, 1), its rows over column pairs stored by
+// the conv (ConvEpilogue::pool_pairs). The one-block-per-group kernel below is instruction-bound
+// (ncu on L2_11 bfloat16: issue slots 79% busy, DRAM 23%) and the generic window's loops were
+// most of it.
+template <int KH, int KW, typename T>
+__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_fixed(const T* in, int W, int ph, int pw,
+                                                                          typename DTypeTraits<T>::acc_t a,
+                                                                          typename DTypeTraits<T>::acc_t s) {
   using Tr = DTypeTraits<T>;
-  const T* p = in + (2 * ph) * W + 2 * pw;
-  const typename Tr::acc_t v[4] = {Tr::to_acc(p[0]) * a + s, Tr::to_acc(p[1]) * a + s, Tr::to_acc(p[W]) * a + s,
-                                   Tr::to_acc(p[W + 1]) * a + s};
+  const T* p = in + (KH * ph) * W + KW * pw;
   typename Tr::acc_t best = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    if (v[i] > best || isnan(v[i])) best = v[i];
+  for (int i = 0; i < KH; ++i)
+#pragma unroll
+    for (int j = 0; j < KW; ++j) {
+      const auto v = Tr::to_acc(p[i * W + j]) * a + s;
+      if (v > best || isnan(v)) best = v;
+    }
   return tanh(best);
 }
 
@@ -135,7 +139,8 @@ struct Welford {
 // second pass over global memory. Input planes are staged in batches with coalesced 16-byte
 // loads (placed at the source's misalignment so both sides line up), then pooled from shared
 // memory. Chosen when the pooled group and one input plane fit. kWindow: 0 (general window), 1
-// (no padding: every window inside the plane), 2 (MaxPool2d(2, 2)).
+// (no padding: every window inside the plane), 2 (MaxPool2d(2, 2)), 3 (MaxPool2d((2, 1)): rows of
+// column pairs).
 template <int kWindow, typename T, typename S>
 __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, int C_g, PoolInts q,
                                                int batch_planes, const S* __restrict__ mean,
@@ -177,7 +182,8 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
       const T* plane = dst + pl * HW;
       const acc_t a = bn_a[pl0 + pl], sh = bn_s[pl0 + pl];
       acc_t v;
-      if constexpr (kWindow == 2) v = bn_tanh_window_max_2x2(plane, q.W, at.row, at.col, a, sh);
+      if constexpr (kWindow == 2) v = bn_tanh_window_max_fixed<2, 2>(plane, q.W, at.row, at.col, a, sh);
+      else if constexpr (kWindow == 3) v = bn_tanh_window_max_fixed<2, 1>(plane, q.W, at.row, at.col, a, sh);
       else v = bn_tanh_window_max<kWindow == 1>(plane, q, at.row, at.col, a, sh);
       pooled[pl0 * PHW + o] = Tr::from_acc(v);
     }
@@ -299,8 +305,11 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;
     const bool inside = q.pH == 0 && q.pW == 0;
-    const bool window_2x2 = inside && q.kH == 2 && q.kW == 2 && q.sH == 2 && q.sW == 2 && q.dH == 1 && q.dW == 1;
+    const bool rows_of_2 = inside && q.kH == 2 && q.sH == 2 && q.dH == 1;
+    const bool window_2x2 = rows_of_2 && q.kW == 2 && q.sW == 2 && q.dW == 1;
+    const bool window_2x1 = rows_of_2 && q.kW == 1 && q.sW == 1;
     auto kernel = window_2x2 ? bn_tanh_pool_group_norm_kernel<2, T, S>
+                  : window_2x1 ? bn_tanh_pool_group_norm_kernel<3, T, S>
                   : inside   ? bn_tanh_pool_group_norm_kernel<1, T, S>
                              : bn_tanh_pool_group_norm_kernel<0, T, S>;
     cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), layout.smem);

@@ -102,7 +102,7 @@ at::Tensor kernel_input(const char* op, const at::Tensor& input, const cuda::Con
 }
 
 // The transposed convolution of call p, run as k says, into a new contiguous NCHW tensor, with
-// the given epilogue.
+// the given epilogue ([N, C_out, OH, OW / 2] where it stores column pairs).
 at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
                         const KernelCall& k, cuda::ConvEpilogue epilogue) {
@@ -114,7 +114,8 @@ at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tenso
   if (b.defined() && k.channel_fold > 1) b = b.repeat_interleave(k.channel_fold);  // per view channel
   epilogue.channel_fold = k.channel_fold;
   at::Tensor prepared = at::empty({k.plan.prepared_numel}, w.options());
-  at::Tensor out = at::empty({p.N, p.C_out, p.OH, p.OW}, input.options());  // the view's memory too
+  // the view's memory too
+  at::Tensor out = at::empty({p.N, p.C_out, p.OH, epilogue.pool_pairs ? p.OW / 2 : p.OW}, input.options());
   check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, k.p, k.plan, stream), op);
   check_launch(cuda::conv_transpose2d_forward(x.const_data_ptr(), prepared.const_data_ptr(), ptr_or_null(b),
                                               out.data_ptr(), dtype, fp32_math(), k.p, k.plan, epilogue, stream),
@@ -235,6 +236,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
           r.rstd.view({p.N, num_groups}).to(stats_dtype)};
 }
 
+// conv with BatchNorm's batch statistics: the epilogue (ep, which this completes) writes per-tile
+// (count, mean, M2) of the stored output, and a fixed-order reduction per channel gives the mean
+// and biased variance (float32; float64 for float64 input).
+struct ChannelStats {
+  at::Tensor out, mean, var;
+};
+ChannelStats conv_channel_stats(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
+                                const KernelCall& k, cuda::ConvEpilogue ep) {
+  const auto stats_dtype = compute_dtype(input.scalar_type());
+  at::Tensor tile_stats = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
+  ep.tile_stats = tile_stats.data_ptr();
+  ChannelStats r;
+  r.out = conv_forward(op, input, weight, bias, p, k, ep);
+  r.mean = at::empty({p.C_out}, input.options().dtype(stats_dtype));
+  r.var = at::empty({p.C_out}, input.options().dtype(stats_dtype));
+  if (p.N * p.OH * p.OW == 0) {
+    r.mean.zero_();
+    r.var.fill_(std::numeric_limits<double>::quiet_NaN());
+  } else {
+    check_launch(cuda::channel_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
+                                                p.C_out, k.plan.tiles_per_sample, r.mean.data_ptr(), r.var.data_ptr(),
+                                                at::cuda::getCurrentCUDAStream()),
+                 op);
+  }
+  return r;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cuda(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -243,26 +272,48 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
   const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding,
                                         groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  // the conv epilogue writes per-tile (count, mean, M2) of the stored output; a fixed-order
-  // reduction per channel gives BatchNorm's batch mean and biased variance
-  const KernelCall k = kernel_call(p, input);
-  const auto stats_dtype = compute_dtype(input.scalar_type());
-  at::Tensor tile_stats = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
-  cuda::ConvEpilogue ep;
-  ep.tile_stats = tile_stats.data_ptr();
-  at::Tensor out = conv_forward(kOp, input, weight, bias, p, k, ep);
-  at::Tensor mean = at::empty({p.C_out}, input.options().dtype(stats_dtype));
-  at::Tensor var = at::empty({p.C_out}, input.options().dtype(stats_dtype));
-  if (p.N * p.OH * p.OW == 0) {
-    mean.zero_();
-    var.fill_(std::numeric_limits<double>::quiet_NaN());
-  } else {
-    check_launch(cuda::channel_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
-                                                p.C_out, k.plan.tiles_per_sample, mean.data_ptr(), var.data_ptr(),
-                                                at::cuda::getCurrentCUDAStream()),
-                 kOp);
+  ChannelStats r = conv_channel_stats(kOp, input, weight, bias, p, kernel_call(p, input), {});
+  return {r.out.contiguous(output_memory_format(input)), r.mean, r.var};
+}
+
+// BN (given statistics) + tanh + max-pool + GroupNorm of contiguous NCHW x with pooling q, into a
+// new contiguous NCHW tensor.
+at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Pool2dParams& q, const at::Tensor& mean,
+                                   const at::Tensor& var, const std::optional<at::Tensor>& bn_weight,
+                                   const std::optional<at::Tensor>& bn_bias, double bn_eps, int64_t num_groups,
+                                   const std::optional<at::Tensor>& gn_weight,
+                                   const std::optional<at::Tensor>& gn_bias, double gn_eps) {
+  const int64_t N = x.size(0), C = x.size(1);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto dtype = kernel_dtype(x.scalar_type());
+  const auto stats_dtype = compute_dtype(x.scalar_type());
+  const at::Tensor m = mean.to(stats_dtype).contiguous(), v = var.to(stats_dtype).contiguous();
+  const at::Tensor w = contiguous_or_undefined(bn_weight), b = contiguous_or_undefined(bn_bias);
+  at::Tensor out = at::empty({N, C, q.PH, q.PW}, x.options());
+  if (cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q)) {
+    // one kernel: each (n, group)'s pooled planes stay on chip for the statistics and the normalisation
+    const at::Tensor gw = contiguous_or_undefined(gn_weight), gb = contiguous_or_undefined(gn_bias);
+    check_launch(cuda::batch_norm_tanh_max_pool2d_group_norm(
+                     x.const_data_ptr(), dtype, N, C, q, m.const_data_ptr(), v.const_data_ptr(), ptr_or_null(w),
+                     ptr_or_null(b), bn_eps, num_groups, ptr_or_null(gw), ptr_or_null(gb), gn_eps, out.data_ptr(),
+                     stream),
+                 op);
+    return out;
   }
-  return {out.contiguous(output_memory_format(input)), mean, var};
+  // Otherwise: 1) BN + tanh + max-pool, writing the pooled tensor and (count, mean, M2) per (n, c)
+  // plane; 2) fixed-order reduction to mean / rstd per (n, group); 3) normalise in place.
+  at::Tensor plane_stats = at::empty({N, C, 1, 3}, x.options().dtype(stats_dtype));
+  check_launch(cuda::batch_norm_tanh_max_pool2d(x.const_data_ptr(), dtype, N, C, q, m.const_data_ptr(),
+                                                v.const_data_ptr(), ptr_or_null(w), ptr_or_null(b), bn_eps,
+                                                out.data_ptr(), plane_stats.data_ptr(), stream),
+               op);
+  const auto stat_opts = x.options().dtype(at::kDouble);
+  at::Tensor gmean = at::empty({N * num_groups}, stat_opts), grstd = at::empty({N * num_groups}, stat_opts);
+  check_launch(cuda::group_norm_stats_from_tiles(plane_stats.const_data_ptr(), dtype, N, C, 1, num_groups, gn_eps,
+                                                 gmean.data_ptr<double>(), grstd.data_ptr<double>(), stream),
+               op);
+  group_norm_apply(op, out, out, num_groups, gmean, grstd, gn_weight, gn_bias);
+  return out;
 }
 
 at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
@@ -276,39 +327,56 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
   const Pool2dParams q = check_batch_norm_tanh_max_pool2d_group_norm(
       kOp, input, mean, var, bn_weight, bn_bias, kernel_size, pool_stride, pool_padding, pool_dilation,
       num_groups, gn_weight, gn_bias);
-  const int64_t N = input.size(0), C = input.size(1);
   const c10::cuda::CUDAGuard guard(input.device());
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  return bn_tanh_pool_group_norm(kOp, input.contiguous(), q, mean, var, bn_weight, bn_bias, bn_eps, num_groups,
+                                 gn_weight, gn_bias, gn_eps)
+      .contiguous(output_memory_format(input));
+}
+
+// The whole chain. Where the conv kernel can store column pairs (ConvEpilogue::pool_pairs) and
+// the pool's width window is 2 columns of stride 2 (no padding or dilation), the intermediate is
+// [N, C_out, OH, OW / 2]: each pair's max, or its min where BatchNorm's weight is negative (the
+// sign of BN's scale: max-pool then sees the same maximum of tanh(BN)), and the tail pools
+// the remaining rows, (kH, 1) windows. H100, L2_11: half the conv output's bytes written and read.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm_cuda(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, const std::optional<at::Tensor>& mean,
+    const std::optional<at::Tensor>& var, const std::optional<at::Tensor>& bn_weight,
+    const std::optional<at::Tensor>& bn_bias, bool training, double bn_eps, at::IntArrayRef kernel_size,
+    at::IntArrayRef pool_stride, at::IntArrayRef pool_padding, at::IntArrayRef pool_dilation,
+    int64_t num_groups, const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
+    double gn_eps) {
+  constexpr const char* kOp = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm";
+  const auto [p, pool] = check_conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+      kOp, input, weight, bias, stride, padding, output_padding, groups, dilation, mean, var, bn_weight, bn_bias,
+      training, kernel_size, pool_stride, pool_padding, pool_dilation, num_groups, gn_weight, gn_bias);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const KernelCall k = kernel_call(p, input);
   const auto dtype = kernel_dtype(input.scalar_type());
-  const auto stats_dtype = compute_dtype(input.scalar_type());
-  const at::Tensor x = input.contiguous();
-  const at::Tensor m = mean.to(stats_dtype).contiguous(), v = var.to(stats_dtype).contiguous();
-  const at::Tensor w = contiguous_or_undefined(bn_weight), b = contiguous_or_undefined(bn_bias);
-  at::Tensor out = at::empty({N, C, q.PH, q.PW}, x.options());
-  if (cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q)) {
-    // one kernel: each (n, group)'s pooled planes stay on chip for the statistics and the normalisation
-    const at::Tensor gw = contiguous_or_undefined(gn_weight), gb = contiguous_or_undefined(gn_bias);
-    check_launch(cuda::batch_norm_tanh_max_pool2d_group_norm(
-                     x.const_data_ptr(), dtype, N, C, q, m.const_data_ptr(), v.const_data_ptr(), ptr_or_null(w),
-                     ptr_or_null(b), bn_eps, num_groups, ptr_or_null(gw), ptr_or_null(gb), gn_eps, out.data_ptr(),
-                     stream),
-                 kOp);
-    return out.contiguous(output_memory_format(input));
+  cuda::ConvEpilogue ep;
+  Pool2dParams q = pool;
+  const bool width_pairs = pool.kW == 2 && pool.sW == 2 && pool.pW == 0 && pool.dW == 1;
+  at::Tensor sign;  // holds pair_sign's memory until the conv has run
+  if (width_pairs && k.channel_fold == 1 && cuda::conv_plan_pools_pairs(k.p, k.plan, dtype)) {
+    ep.pool_pairs = true;
+    if (bn_weight.has_value()) sign = bn_weight->contiguous();
+    ep.pair_sign = ptr_or_null(sign);
+    q.W = p.OW / 2;  // (2, 2) windows over the output = (2, 1) windows over its column pairs
+    q.kW = q.sW = 1;
   }
-  // Otherwise: 1) BN + tanh + max-pool, writing the pooled tensor and (count, mean, M2) per (n, c)
-  // plane; 2) fixed-order reduction to mean / rstd per (n, group); 3) normalise in place.
-  at::Tensor plane_stats = at::empty({N, C, 1, 3}, x.options().dtype(stats_dtype));
-  check_launch(cuda::batch_norm_tanh_max_pool2d(x.const_data_ptr(), dtype, N, C, q, m.const_data_ptr(),
-                                                v.const_data_ptr(), ptr_or_null(w), ptr_or_null(b), bn_eps,
-                                                out.data_ptr(), plane_stats.data_ptr(), stream),
-               kOp);
-  const auto stat_opts = x.options().dtype(at::kDouble);
-  at::Tensor gmean = at::empty({N * num_groups}, stat_opts), grstd = at::empty({N * num_groups}, stat_opts);
-  check_launch(cuda::group_norm_stats_from_tiles(plane_stats.const_data_ptr(), dtype, N, C, 1, num_groups, gn_eps,
-                                                 gmean.data_ptr<double>(), grstd.data_ptr<double>(), stream),
-               kOp);
-  group_norm_apply(kOp, out, out, num_groups, gmean, grstd, gn_weight, gn_bias);
-  return out.contiguous(output_memory_format(input));
+  at::Tensor y;
+  if (training) {
+    ChannelStats r = conv_channel_stats(kOp, input, weight, bias, p, k, ep);
+    y = bn_tanh_pool_group_norm(kOp, r.out, q, r.mean, r.var, bn_weight, bn_bias, bn_eps, num_groups, gn_weight,
+                                gn_bias, gn_eps);
+    return {y.contiguous(output_memory_format(input)), r.mean, r.var};
+  }
+  const at::Tensor out = conv_forward(kOp, input, weight, bias, p, k, ep);
+  y = bn_tanh_pool_group_norm(kOp, out, q, *mean, *var, bn_weight, bn_bias, bn_eps, num_groups, gn_weight, gn_bias,
+                              gn_eps);
+  const at::Tensor none = at::empty({0}, input.options().dtype(compute_dtype(input.scalar_type())));
+  return {y.contiguous(output_memory_format(input)), none, none.clone()};
 }
 
 }  // namespace
@@ -321,6 +389,8 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("conv_transpose2d_gelu_group_stats", &conv_transpose2d_gelu_group_stats_cuda);
   m.impl("conv_transpose2d_channel_stats", &conv_transpose2d_channel_stats_cuda);
   m.impl("batch_norm_tanh_max_pool2d_group_norm", &batch_norm_tanh_max_pool2d_group_norm_cuda);
+  m.impl("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
+         &conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm_cuda);
 }
 
 }  // namespace myops

@@ -387,10 +387,16 @@ cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
   });
 }
 
+bool conv_plan_pools_pairs(const ConvTranspose2dParams& p, const ConvPlan& plan, DType dtype) {
+  if (env_flag("MYOPS_DISABLE_PAIR_STORES")) return false;  // A/B runs and tests
+  return plan.engine == ConvEngine::Wgmma && conv_wgmma_stores_pairs(plan.wg, dtype) && p.sW == 1 && p.OW >= 2;
+}
+
 cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight, const void* bias,
                                      void* out, DType dtype, Fp32Math fp32_math,
                                      const ConvTranspose2dParams& p, const ConvPlan& plan,
                                      const ConvEpilogue& ep, cudaStream_t stream) {
+  if (ep.pool_pairs && !conv_plan_pools_pairs(p, plan, dtype)) return cudaErrorInvalidValue;
   if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_forward(x, prepared_weight, bias, out, dtype, p, plan.wg, ep, stream);
   if (plan.engine == ConvEngine::Mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, plan.tiling, ep, stream);
   if (plan.engine == ConvEngine::Direct) return conv_direct_forward(x, prepared_weight, bias, out, dtype, p, plan.direct, ep, stream);

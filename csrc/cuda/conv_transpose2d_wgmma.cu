@@ -508,7 +508,9 @@ __device__ inline WgTile wg_tile(int64_t t, int64_t tiles_per_sample, int64_t co
 // chunks in sequence order (turn[]: a consumer starts a tile's MMAs once the other has issued its
 // previous tile's), so no one waits on a stage two rounds ahead, which parity could not tell.
 // kIn: Registers or NhwcBoxes (one thread issues each chunk; full[s] waits for one arrival).
-template <typename T, int Q, int R, WgInput kIn>
+// kPairs: the epilogue stores column pairs (ep.pool_pairs); its own build, since a runtime
+// choice between the two stores made ptxas spill 50-100 bytes in every instance.
+template <typename T, int Q, int R, WgInput kIn, bool kPairs>
 __global__ void __launch_bounds__(kPingPongThreads, 1)
     conv_wgmma_pingpong_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
@@ -624,8 +626,8 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
       if (n_chunks > 0) mbar_arrive(empty((chunk_seq + n_chunks - 1) % stages));
       chunk_seq += n_chunks;
-      wgmma_epilogue<T, Q, R>(acc, tid, bias, out, p, ep, ph, origin.j0, origin.i0, tl.n, tl.g, tl.ct * kBlockCh,
-                              tl.x, tiles_per_sample);
+      wgmma_epilogue<T, Q, R, kPairs>(acc, tid, bias, out, p, ep, ph, origin.j0, origin.i0, tl.n, tl.g,
+                                      tl.ct * kBlockCh, tl.x, tiles_per_sample);
     }
   };
 
@@ -700,8 +702,13 @@ cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, 
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   const WgSmem sl = wg_smem(p, R, Q, t.stages, dtype, 0, t.nhwc);
-  auto kernel = t.nhwc ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes>
-                       : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers>;
+  // pair stores: float32 only (conv_wgmma_stores_pairs), so no 16-bit pair builds
+  constexpr bool kPairBuild = std::is_same<T, float>::value;
+  const bool pairs = kPairBuild && ep.pool_pairs;
+  auto kernel = t.nhwc ? (pairs ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes, kPairBuild>
+                                : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes, false>)
+                       : (pairs ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers, kPairBuild>
+                                : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers, false>);
   err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), sl.bytes);
   if (err != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(std::min<int64_t>(total, sms)), kPingPongThreads, sl.bytes, stream>>>(

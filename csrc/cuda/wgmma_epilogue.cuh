@@ -17,8 +17,10 @@ namespace cuda {
 // 64 output channels from oc0 of group g. Thread t of the warpgroup holds, in register 4j + e of
 // strip q (the m64nNk MMA's accumulator layout), output channel 16 (t / 32) + (t % 32) / 4 +
 // 8 (e / 2) of the block at tile row j, column 8q + 2 (t % 4) + e % 2. acc is overwritten with
-// the values as stored (rounded to T), which is what the partials describe.
-template <typename T, int Q, int R>
+// the values as stored (rounded to T), which is what the partials describe. With
+// ep.pool_pairs a lane's two columns (an even first one: the tile starts at a multiple of 8 of a
+// stride-1 grid) go out as one value, out being [N, C_out, OH, OW / 2].
+template <typename T, int Q, int R, bool kPairs>
 __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restrict__ bias, T* __restrict__ out,
                                const ConvTranspose2dParams& p, const ConvEpilogue& ep, const PhaseEntry& ph,
                                int j0, int i0, int64_t n, int64_t g, int64_t oc0, int64_t tile_index,
@@ -26,10 +28,13 @@ __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restr
   using Traits = DTypeTraits<T>;
   const int lane = tid % 32, tq = lane % 4;
   const int rows = min(R, ph.OHp - j0), cols = min(8 * Q, ph.OWp - i0);  // the tile's part of the grid
-  // output offsets inside a channel plane (the host keeps OH * OW below 2^31)
-  const int row_step = static_cast<int>(p.sH * p.OW), col_step = static_cast<int>(p.sW);
-  const int first = (ph.rh + static_cast<int>(p.sH) * j0) * static_cast<int>(p.OW) + ph.rw + col_step * (i0 + 2 * tq);
-  const int64_t plane = p.OH * p.OW;
+  // output offsets inside a channel plane (the host keeps OH * OW below 2^31); a stored pair is
+  // one value: half the columns
+  constexpr int pair_shift = kPairs ? 1 : 0;
+  const int out_w = static_cast<int>(p.OW) >> pair_shift, col_step = static_cast<int>(p.sW);
+  const int row_step = static_cast<int>(p.sH) * out_w, strip_step = (8 * col_step) >> pair_shift;
+  const int first = (ph.rh + static_cast<int>(p.sH) * j0) * out_w + ((ph.rw + col_step * (i0 + 2 * tq)) >> pair_shift);
+  const int64_t plane = p.OH * out_w;
   const float count = static_cast<float>(rows * cols);
   // The thread's two channels one after the other: fewer live registers beside the accumulators
   // (a ping-pong consumer has 200).
@@ -42,6 +47,8 @@ __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restr
     T* const chan = out + (n * p.C_out + oc) * plane + first;
     // a lane's two columns as one store: contiguous, and aligned in every row (even steps)
     const bool pair_ok = col_step == 1 && row_step % 2 == 0 && reinterpret_cast<uintptr_t>(chan) % (2 * sizeof(T)) == 0;
+    const bool pair_min = kPairs && ep.pair_sign != nullptr && ch_ok &&
+                          Traits::to_acc(static_cast<const T*>(ep.pair_sign)[oc]) < 0.f;
     float sum = 0.f;
     with_activation<float>(ep, [&](auto act) {
 #pragma unroll
@@ -57,8 +64,12 @@ __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restr
           if (j >= rows) continue;
           sum += (ok0 ? v[0] : 0.f) + (ok1 ? v[1] : 0.f);
           if (!ch_ok) continue;
-          T* dst = chan + j * row_step + 8 * q * col_step;
-          if (pair_ok && ok1) {
+          T* dst = chan + j * row_step + q * strip_step;
+          if constexpr (kPairs) {
+            // the pair's max (min): NaN propagates, as in max_pool2d
+            const bool first_wins = isnan(v[0]) || (pair_min ? v[0] < v[1] : v[0] > v[1]);
+            if (ok1) dst[0] = first_wins ? t0 : t1;
+          } else if (pair_ok && ok1) {
             Vec<T, 2> pair;
             pair.v[0] = t0;
             pair.v[1] = t1;
