@@ -72,5 +72,23 @@ for dtype, shape in ((torch.bfloat16, (2, 16, 17, 20)), (torch.float32, (2, 16, 
     ref = F.conv_transpose2d(x.double(), wt.double(), b.double(), 1, 1)
     y = torch.ops.myops.conv_transpose2d(x, wt, b, [1, 1], [1, 1], [0, 0], 1, [1, 1])
     worst = max(worst, ((y.double() - ref).abs().max() / ref.abs().max()).item())
+# the L2_11 chain in one call on a layer the ping-pong wgmma kernel runs (34-row maps, 4 input
+# chunks, 64 output channels): float32 stores column pairs (odd width: the last column unpaired),
+# bfloat16 the full output; negative BatchNorm weights take the pair minimum
+for dtype in (torch.float32, torch.bfloat16):
+    torch.backends.cudnn.allow_tf32 = True
+    x = torch.rand(2, 64, 32, 31, device=dev, dtype=dtype)
+    wt = torch.randn(64, 64, 5, 5, device=dev, dtype=dtype) * 0.05
+    bn_w, gn_w = torch.randn(64, device=dev, dtype=dtype), torch.randn(64, device=dev, dtype=dtype)
+    for training in (True, False):
+        stats = (None, None) if training else (torch.randn(64, device=dev), torch.rand(64, device=dev) + 0.5)
+        y, _, _ = torch.ops.myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+            x, wt, None, [1, 1], [1, 1], [0, 0], 1, [1, 1], *stats, bn_w, None, training, 1e-5, [2, 2], [2, 2], [0, 0],
+            [1, 1], 8, gn_w, None, 1e-5)
+        conv = F.conv_transpose2d(x.double(), wt.double(), None, 1, 1)
+        bn = F.batch_norm(conv, *(s.double() if s is not None else None for s in stats), bn_w.double(), None,
+                          training, 0.0, 1e-5)
+        yref = F.group_norm(F.max_pool2d(torch.tanh(bn), 2), 8, gn_w.double(), None, 1e-5)
+        worst = max(worst, ((y.double() - yref).abs().max() / yref.abs().max()).item())
 torch.cuda.synchronize()
 print(f"sanitize cases done; worst relative max error {worst:.2e}")
