@@ -149,18 +149,17 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         y, mean, var = torch.ops.myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
             input, weight, bias, *conv_args, None if training else running_mean, None if training else running_var,
             bn_weight, bn_bias, training, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
-        if training and running_mean is not None and running_var is not None:
-            update_running_stats(running_mean, running_var, mean, var, count, momentum)
-        return y
-    if training:
-        out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(input, weight, bias, *conv_args)
-        if running_mean is not None and running_var is not None:
-            update_running_stats(running_mean, running_var, mean, var, count, momentum)
     else:
-        out = torch.ops.myops.conv_transpose2d(input, weight, bias, *conv_args)
-        mean, var = running_mean, running_var
-    return torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(
-        out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
+        if training:
+            out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(input, weight, bias, *conv_args)
+        else:
+            out = torch.ops.myops.conv_transpose2d(input, weight, bias, *conv_args)
+            mean, var = running_mean, running_var
+        y = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(
+            out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
+    if training and running_mean is not None and running_var is not None:
+        update_running_stats(running_mean, running_var, mean, var, count, momentum)
+    return y
 
 
 def _batch_count(input: Tensor, weight: Tensor, conv_args):

@@ -337,7 +337,8 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
 // the pool's width window is 2 columns of stride 2 (no padding or dilation), the intermediate is
 // [N, C_out, OH, OW / 2]: each pair's max, or its min where BatchNorm's weight is negative (the
 // sign of BN's scale: max-pool then sees the same maximum of tanh(BN)), and the tail pools
-// the remaining rows, (kH, 1) windows. H100, L2_11: half the conv output's bytes written and read.
+// the remaining rows, (kH, 1) windows: half the conv output's bytes written and read (float32
+// only: conv_wgmma_stores_pairs).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm_cuda(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -365,18 +366,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
     q.W = p.OW / 2;  // (2, 2) windows over the output = (2, 1) windows over its column pairs
     q.kW = q.sW = 1;
   }
-  at::Tensor y;
+  ChannelStats r;  // batch statistics in training, else empty
   if (training) {
-    ChannelStats r = conv_channel_stats(kOp, input, weight, bias, p, k, ep);
-    y = bn_tanh_pool_group_norm(kOp, r.out, q, r.mean, r.var, bn_weight, bn_bias, bn_eps, num_groups, gn_weight,
-                                gn_bias, gn_eps);
-    return {y.contiguous(output_memory_format(input)), r.mean, r.var};
+    r = conv_channel_stats(kOp, input, weight, bias, p, k, ep);
+  } else {
+    r.out = conv_forward(kOp, input, weight, bias, p, k, ep);
+    r.mean = at::empty({0}, input.options().dtype(compute_dtype(input.scalar_type())));
+    r.var = at::empty_like(r.mean);
   }
-  const at::Tensor out = conv_forward(kOp, input, weight, bias, p, k, ep);
-  y = bn_tanh_pool_group_norm(kOp, out, q, *mean, *var, bn_weight, bn_bias, bn_eps, num_groups, gn_weight, gn_bias,
-                              gn_eps);
-  const at::Tensor none = at::empty({0}, input.options().dtype(compute_dtype(input.scalar_type())));
-  return {y.contiguous(output_memory_format(input)), none, none.clone()};
+  const at::Tensor y = bn_tanh_pool_group_norm(kOp, r.out, q, training ? r.mean : *mean, training ? r.var : *var,
+                                               bn_weight, bn_bias, bn_eps, num_groups, gn_weight, gn_bias, gn_eps);
+  return {y.contiguous(output_memory_format(input)), r.mean, r.var};
 }
 
 }  // namespace
