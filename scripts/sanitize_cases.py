@@ -73,11 +73,14 @@ for dtype, shape in ((torch.bfloat16, (2, 16, 17, 20)), (torch.float32, (2, 16, 
     y = torch.ops.myops.conv_transpose2d(x, wt, b, [1, 1], [1, 1], [0, 0], 1, [1, 1])
     worst = max(worst, ((y.double() - ref).abs().max() / ref.abs().max()).item())
 # the L2_11 chain in one call on a layer the ping-pong wgmma kernel runs (34-row maps, 4 input
-# chunks, 64 output channels): float32 stores column pairs (odd width: the last column unpaired),
-# bfloat16 the full output; negative BatchNorm weights take the pair minimum
+# chunks, 64 output channels): both store 2 x 2 windows (bfloat16 given channels-last, which it
+# reads as such; odd width: the last column in none; the window of rows 16 / 17 split by the
+# tiles); negative BatchNorm weights take the window minimum
 for dtype in (torch.float32, torch.bfloat16):
     torch.backends.cudnn.allow_tf32 = True
     x = torch.rand(2, 64, 32, 31, device=dev, dtype=dtype)
+    if dtype == torch.bfloat16:
+        x = x.contiguous(memory_format=torch.channels_last)
     wt = torch.randn(64, 64, 5, 5, device=dev, dtype=dtype) * 0.05
     bn_w, gn_w = torch.randn(64, device=dev, dtype=dtype), torch.randn(64, device=dev, dtype=dtype)
     for training in (True, False):

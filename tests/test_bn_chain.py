@@ -205,33 +205,35 @@ def test_gradcheck_one_call_op(training):
     assert torch.autograd.gradcheck(chain, (x, w, b, bw, bb, gw, gb, *stats))
 
 
-# Where the conv kernel stores column pairs (the float32 ping-pong wgmma kernel: 34-row output
-# maps, 4+ input-channel chunks, 64+ output channels per group), the one-call
-# op's intermediate is [N, C, OH, OW / 2]: max or min per pair by the sign of BatchNorm's weight.
+# Where the conv kernel stores 2 x 2 windows (the ping-pong wgmma kernel: 34- or 51-row output
+# maps, 4+ input-channel chunks, 64+ output channels per group; float32, or 16-bit input staged
+# channels-last), the one-call op's intermediate holds each window's max, or min by the sign of
+# BatchNorm's weight, a window split by the 17-row tiles (rows 16 / 17, 50 / 51) as two halves.
 # The result must be bit-identical to the two ops' (tanh(BN) of the window maximum either way).
-PAIR_INPUT_PATHS = {"default": {}, "registers": {"MYOPS_DISABLE_NHWC_STAGING": "1"},
-                    "nhwc": {"MYOPS_FORCE_NHWC_STAGING": "1"}}
+WINDOW_INPUT_PATHS = {"default": {}, "registers": {"MYOPS_DISABLE_NHWC_STAGING": "1"},
+                      "nhwc": {"MYOPS_FORCE_NHWC_STAGING": "1"}}
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("path", list(PAIR_INPUT_PATHS))
+@pytest.mark.parametrize("path", list(WINDOW_INPUT_PATHS))
 @pytest.mark.parametrize("width", [32, 31], ids=["even_width", "odd_width"])
+@pytest.mark.parametrize("height", [32, 49], ids=["34_rows", "51_rows"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-def test_column_pair_intermediate_matches_two_ops_exactly(dtype, path, width, training, monkeypatch):
-    for k, v in PAIR_INPUT_PATHS[path].items():
+def test_window_stored_intermediate_matches_two_ops_exactly(dtype, path, width, height, training, monkeypatch):
+    for k, v in WINDOW_INPUT_PATHS[path].items():
         monkeypatch.setenv(k, v)
     torch.manual_seed(0)
     dev = "cuda"
     c_in, c_out = 64, 128
-    x = torch.rand(3, c_in, 32, width, device=dev, dtype=dtype)
+    x = torch.rand(3, c_in, height, width, device=dev, dtype=dtype)
     w = torch.randn(c_in, c_out, 5, 5, device=dev, dtype=dtype) * 0.05
     b = torch.randn(c_out, device=dev, dtype=dtype)
-    bn_w = torch.randn(c_out, device=dev, dtype=dtype)  # about half negative: those pairs keep their minimum
+    bn_w = torch.randn(c_out, device=dev, dtype=dtype)  # about half negative: those windows keep their minimum
     bn_w[:4] = 0
     bn_b, gn_w, gn_b = (torch.randn(c_out, device=dev, dtype=dtype) for _ in range(3))
     if not training:  # NaN reaches the windows it touches, as in max_pool2d (then image 1's groups)
-        x[1, :, 5, 7] = float("nan")
+        x[1, :, 15, 7] = float("nan")  # output rows 14-18: windows on both sides of the tile edge
     conv = ([1, 1], [1, 1], [0, 0], 1, [1, 1])
     pool = ([2, 2], [2, 2], [0, 0], [1, 1])
     if training:
@@ -253,8 +255,9 @@ def test_column_pair_intermediate_matches_two_ops_exactly(dtype, path, width, tr
         assert torch.equal(batch_mean, mean) and torch.equal(batch_var, var)
     else:
         assert batch_mean.numel() == 0 and batch_var.numel() == 0
-    pair_kernels = [e.name for e in prof.events() if "pingpong" in e.name and ", true>" in e.name]
-    assert bool(pair_kernels) == (dtype == torch.float32), "pair stores in float32 (measured slower in 16 bits)"
+    window_kernels = [e.name for e in prof.events() if "pingpong" in e.name and ", true>" in e.name]
+    assert bool(window_kernels) == (dtype == torch.float32 or path != "registers"), \
+        "window stores: float32, or 16-bit input staged channels-last"
 
 
 def test_max_pool_ties_route_gradient_like_pytorch():

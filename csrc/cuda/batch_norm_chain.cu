@@ -7,6 +7,7 @@
 #include "cuda/batch_norm_chain.cuh"
 #include "cuda/dtype_traits.cuh"
 #include "cuda/moments.cuh"
+#include "cuda/window_store.cuh"
 
 namespace myops {
 namespace cuda {
@@ -76,10 +77,9 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max(const T* in,
 }
 
 // The same for a KH x KW window of stride (KH, KW) (no padding or dilation) with its loads
-// unrolled: MaxPool2d(2, 2), the common case, and (2, 1), its rows over column pairs stored by
-// the conv (ConvEpilogue::pool_pairs). The one-block-per-group kernel below is instruction-bound
-// (ncu on L2_11 bfloat16: issue slots 79% busy, DRAM 23%) and the generic window's loops were
-// most of it.
+// unrolled: MaxPool2d(2, 2), the common case. The one-block-per-group kernel below is
+// instruction-bound (ncu on L2_11 bfloat16: issue slots 79% busy, DRAM 23%) and the generic
+// window's loops were most of it.
 template <int KH, int KW, typename T>
 __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_fixed(const T* in, int W, int ph, int pw,
                                                                           typename DTypeTraits<T>::acc_t a,
@@ -94,6 +94,22 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_fixed(const 
       const auto v = Tr::to_acc(p[i * W + j]) * a + s;
       if (v > best || isnan(v)) best = v;
     }
+  return tanh(best);
+}
+
+// MaxPool2d(2, 2) over a window-stored conv output (ConvEpilogue::pool_windows: each window
+// already reduced to its extreme, in one stored row, or two where a tile edge split it).
+template <typename T>
+__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_stored_window(const T* in, int W, float inv_split_rows,
+                                                                       int ph, int pw, typename DTypeTraits<T>::acc_t a,
+                                                                       typename DTypeTraits<T>::acc_t s) {
+  using Tr = DTypeTraits<T>;
+  const int r0 = window_store_row_small(2 * ph, inv_split_rows), r1 = window_store_row_small(2 * ph + 1, inv_split_rows);
+  typename Tr::acc_t best = Tr::to_acc(in[r0 * W + pw]) * a + s;
+  if (r1 != r0) {
+    const auto v = Tr::to_acc(in[r1 * W + pw]) * a + s;
+    if (v > best || isnan(v)) best = v;
+  }
   return tanh(best);
 }
 
@@ -147,7 +163,7 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
                                                const S* __restrict__ var, const T* __restrict__ w,
                                                const T* __restrict__ b, double bn_eps,
                                                const T* __restrict__ gamma, const T* __restrict__ beta,
-                                               double gn_eps, T* __restrict__ y) {
+                                               double gn_eps, float inv_split_rows, T* __restrict__ y) {
   using Tr = DTypeTraits<T>;
   using acc_t = typename Tr::acc_t;
   constexpr int kVec = Tr::kVec;
@@ -183,7 +199,7 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
       const acc_t a = bn_a[pl0 + pl], sh = bn_s[pl0 + pl];
       acc_t v;
       if constexpr (kWindow == 2) v = bn_tanh_window_max_fixed<2, 2>(plane, q.W, at.row, at.col, a, sh);
-      else if constexpr (kWindow == 3) v = bn_tanh_window_max_fixed<2, 1>(plane, q.W, at.row, at.col, a, sh);
+      else if constexpr (kWindow == 3) v = bn_tanh_stored_window(plane, q.W, inv_split_rows, at.row, at.col, a, sh);
       else v = bn_tanh_window_max<kWindow == 1>(plane, q, at.row, at.col, a, sh);
       pooled[pl0 * PHW + o] = Tr::from_acc(v);
     }
@@ -274,6 +290,17 @@ GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
   return {static_cast<int>(batch), static_cast<size_t>(bytes)};
 }
 
+// The input planes the tail reads: the conv output, or (split_rows > 0) its window-stored form,
+// [window_store_rows(H, split_rows)][W / 2] per plane, read with 1 x 1 "windows" (kWindow 3).
+Pool2dParams tail_input(const Pool2dParams& q, int64_t split_rows) {
+  if (split_rows == 0) return q;
+  Pool2dParams in = q;
+  in.H = window_store_rows(q.H, split_rows);
+  in.W = q.PW;
+  in.kH = in.kW = in.sH = in.sW = 1;
+  return in;
+}
+
 }  // namespace
 
 cudaError_t channel_stats_from_tiles(const void* tile_stats, DType dtype, int64_t N, int64_t C,
@@ -289,36 +316,43 @@ cudaError_t channel_stats_from_tiles(const void* tile_stats, DType dtype, int64_
 }
 
 bool batch_norm_tanh_max_pool2d_group_norm_fits(DType dtype, int64_t N, int64_t C, int64_t num_groups,
-                                                const Pool2dParams& q) {
-  return N * num_groups <= 0x7fffffff && C <= 0x3fffffff && group_tail_layout(dtype, C / num_groups, q).smem > 0;
+                                                const Pool2dParams& q, int64_t split_rows) {
+  // (a stored plane of at most 48 KB also keeps its rows below window_store_row_small's 2^21)
+  return N * num_groups <= 0x7fffffff && C <= 0x3fffffff &&
+         group_tail_layout(dtype, C / num_groups, tail_input(q, split_rows)).smem > 0;
 }
 
 cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, int64_t N, int64_t C,
-                                                  const Pool2dParams& q, const void* mean, const void* var,
-                                                  const void* bn_weight, const void* bn_bias, double bn_eps,
-                                                  int64_t num_groups, const void* gn_weight, const void* gn_bias,
-                                                  double gn_eps, void* y, cudaStream_t stream) {
+                                                  const Pool2dParams& q, int64_t split_rows, const void* mean,
+                                                  const void* var, const void* bn_weight, const void* bn_bias,
+                                                  double bn_eps, int64_t num_groups, const void* gn_weight,
+                                                  const void* gn_bias, double gn_eps, void* y, cudaStream_t stream) {
   if (N * C == 0 || q.PH * q.PW == 0) return cudaSuccess;
-  if (!batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q)) return cudaErrorInvalidConfiguration;
-  const GroupTail layout = group_tail_layout(dtype, C / num_groups, q);
+  const bool stored_windows = split_rows > 0;
+  if (stored_windows && !(q.kH == 2 && q.kW == 2 && q.sH == 2 && q.sW == 2 && q.pH == 0 && q.pW == 0 &&
+                          q.dH == 1 && q.dW == 1))
+    return cudaErrorInvalidValue;
+  if (!batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q, split_rows))
+    return cudaErrorInvalidConfiguration;
+  const Pool2dParams in = tail_input(q, split_rows);
+  const GroupTail layout = group_tail_layout(dtype, C / num_groups, in);
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;
     const bool inside = q.pH == 0 && q.pW == 0;
-    const bool rows_of_2 = inside && q.kH == 2 && q.sH == 2 && q.dH == 1;
-    const bool window_2x2 = rows_of_2 && q.kW == 2 && q.sW == 2 && q.dW == 1;
-    const bool window_2x1 = rows_of_2 && q.kW == 1 && q.sW == 1;
-    auto kernel = window_2x2 ? bn_tanh_pool_group_norm_kernel<2, T, S>
-                  : window_2x1 ? bn_tanh_pool_group_norm_kernel<3, T, S>
-                  : inside   ? bn_tanh_pool_group_norm_kernel<1, T, S>
-                             : bn_tanh_pool_group_norm_kernel<0, T, S>;
+    const bool window_2x2 = inside && q.kH == 2 && q.sH == 2 && q.dH == 1 && q.kW == 2 && q.sW == 2 && q.dW == 1;
+    auto kernel = stored_windows ? bn_tanh_pool_group_norm_kernel<3, T, S>
+                  : window_2x2   ? bn_tanh_pool_group_norm_kernel<2, T, S>
+                  : inside       ? bn_tanh_pool_group_norm_kernel<1, T, S>
+                                 : bn_tanh_pool_group_norm_kernel<0, T, S>;
     cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), layout.smem);
     if (err != cudaSuccess) return err;
     kernel<<<static_cast<unsigned>(N * num_groups), kThreads, layout.smem, stream>>>(
-        static_cast<const T*>(x), static_cast<int>(C), static_cast<int>(C / num_groups), PoolInts(q),
+        static_cast<const T*>(x), static_cast<int>(C), static_cast<int>(C / num_groups), PoolInts(in),
         layout.batch_planes, static_cast<const S*>(mean), static_cast<const S*>(var),
         static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), bn_eps, static_cast<const T*>(gn_weight),
-        static_cast<const T*>(gn_bias), gn_eps, static_cast<T*>(y));
+        static_cast<const T*>(gn_bias), gn_eps, stored_windows ? 1.f / static_cast<float>(split_rows) : 0.f,
+        static_cast<T*>(y));
     return cudaGetLastError();
   });
 }

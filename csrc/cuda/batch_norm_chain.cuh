@@ -25,14 +25,16 @@ cudaError_t batch_norm_tanh_max_pool2d(const void* x, DType dtype, int64_t N, in
 // The whole tail in one kernel, one block per (n, group), when the pooled group fits in shared
 // memory (see _fits): y = group_norm(max_pool2d(tanh(batch_norm(x)))), with the same arguments as
 // above plus GroupNorm's; otherwise the caller runs batch_norm_tanh_max_pool2d and the GroupNorm
-// kernels.
+// kernels. split_rows > 0: x is the window-stored form (ConvEpilogue::pool_windows) of a conv
+// output [N, C, q.H, q.W] whose tiles are split_rows rows tall, [N, C, window_store_rows(q.H,
+// split_rows), q.W / 2], and q a 2 x 2 pool of stride 2 without padding or dilation.
 bool batch_norm_tanh_max_pool2d_group_norm_fits(DType dtype, int64_t N, int64_t C, int64_t num_groups,
-                                                const Pool2dParams& q);
+                                                const Pool2dParams& q, int64_t split_rows = 0);
 cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, int64_t N, int64_t C,
-                                                  const Pool2dParams& q, const void* mean, const void* var,
-                                                  const void* bn_weight, const void* bn_bias, double bn_eps,
-                                                  int64_t num_groups, const void* gn_weight, const void* gn_bias,
-                                                  double gn_eps, void* y, cudaStream_t stream);
+                                                  const Pool2dParams& q, int64_t split_rows, const void* mean,
+                                                  const void* var, const void* bn_weight, const void* bn_bias,
+                                                  double bn_eps, int64_t num_groups, const void* gn_weight,
+                                                  const void* gn_bias, double gn_eps, void* y, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace myops

@@ -102,7 +102,7 @@ at::Tensor kernel_input(const char* op, const at::Tensor& input, const cuda::Con
 }
 
 // The transposed convolution of call p, run as k says, into a new contiguous NCHW tensor, with
-// the given epilogue ([N, C_out, OH, OW / 2] where it stores column pairs).
+// the given epilogue (window-stored where it stores 2 x 2 windows: ConvEpilogue::pool_windows).
 at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
                         const KernelCall& k, cuda::ConvEpilogue epilogue) {
@@ -115,7 +115,10 @@ at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tenso
   epilogue.channel_fold = k.channel_fold;
   at::Tensor prepared = at::empty({k.plan.prepared_numel}, w.options());
   // the view's memory too
-  at::Tensor out = at::empty({p.N, p.C_out, p.OH, epilogue.pool_pairs ? p.OW / 2 : p.OW}, input.options());
+  const int64_t window_rows = epilogue.pool_windows ? cuda::conv_plan_window_rows(k.p, k.plan, dtype) : 0;
+  at::Tensor out = window_rows > 0 ? at::empty({p.N, p.C_out, cuda::window_store_rows(p.OH, window_rows), p.OW / 2},
+                                               input.options())
+                                   : at::empty({p.N, p.C_out, p.OH, p.OW}, input.options());
   check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, k.p, k.plan, stream), op);
   check_launch(cuda::conv_transpose2d_forward(x.const_data_ptr(), prepared.const_data_ptr(), ptr_or_null(b),
                                               out.data_ptr(), dtype, fp32_math(), k.p, k.plan, epilogue, stream),
@@ -277,9 +280,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
 }
 
 // BN (given statistics) + tanh + max-pool + GroupNorm of contiguous NCHW x with pooling q, into a
-// new contiguous NCHW tensor.
-at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Pool2dParams& q, const at::Tensor& mean,
-                                   const at::Tensor& var, const std::optional<at::Tensor>& bn_weight,
+// new contiguous NCHW tensor. split_rows > 0: x is a window-stored conv output (the conv's tiles
+// split_rows rows tall; the caller checked that the one-kernel tail takes it).
+at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Pool2dParams& q, int64_t split_rows,
+                                   const at::Tensor& mean, const at::Tensor& var, const std::optional<at::Tensor>& bn_weight,
                                    const std::optional<at::Tensor>& bn_bias, double bn_eps, int64_t num_groups,
                                    const std::optional<at::Tensor>& gn_weight,
                                    const std::optional<at::Tensor>& gn_bias, double gn_eps) {
@@ -290,11 +294,11 @@ at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Po
   const at::Tensor m = mean.to(stats_dtype).contiguous(), v = var.to(stats_dtype).contiguous();
   const at::Tensor w = contiguous_or_undefined(bn_weight), b = contiguous_or_undefined(bn_bias);
   at::Tensor out = at::empty({N, C, q.PH, q.PW}, x.options());
-  if (cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q)) {
+  if (split_rows > 0 || cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q)) {
     // one kernel: each (n, group)'s pooled planes stay on chip for the statistics and the normalisation
     const at::Tensor gw = contiguous_or_undefined(gn_weight), gb = contiguous_or_undefined(gn_bias);
     check_launch(cuda::batch_norm_tanh_max_pool2d_group_norm(
-                     x.const_data_ptr(), dtype, N, C, q, m.const_data_ptr(), v.const_data_ptr(), ptr_or_null(w),
+                     x.const_data_ptr(), dtype, N, C, q, split_rows, m.const_data_ptr(), v.const_data_ptr(), ptr_or_null(w),
                      ptr_or_null(b), bn_eps, num_groups, ptr_or_null(gw), ptr_or_null(gb), gn_eps, out.data_ptr(),
                      stream),
                  op);
@@ -328,17 +332,15 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
       kOp, input, mean, var, bn_weight, bn_bias, kernel_size, pool_stride, pool_padding, pool_dilation,
       num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard guard(input.device());
-  return bn_tanh_pool_group_norm(kOp, input.contiguous(), q, mean, var, bn_weight, bn_bias, bn_eps, num_groups,
+  return bn_tanh_pool_group_norm(kOp, input.contiguous(), q, 0, mean, var, bn_weight, bn_bias, bn_eps, num_groups,
                                  gn_weight, gn_bias, gn_eps)
       .contiguous(output_memory_format(input));
 }
 
-// The whole chain. Where the conv kernel can store column pairs (ConvEpilogue::pool_pairs) and
-// the pool's width window is 2 columns of stride 2 (no padding or dilation), the intermediate is
-// [N, C_out, OH, OW / 2]: each pair's max, or its min where BatchNorm's weight is negative (the
-// sign of BN's scale: max-pool then sees the same maximum of tanh(BN)), and the tail pools
-// the remaining rows, (kH, 1) windows: half the conv output's bytes written and read (float32
-// only: conv_wgmma_stores_pairs).
+// The whole chain. Where the conv kernel can store 2 x 2 windows (ConvEpilogue::pool_windows)
+// and the pool is MaxPool2d(2, 2) (no padding or dilation), the intermediate holds each window's
+// max, or its min where BatchNorm's weight is negative (the sign of BN's scale: max-pool then sees
+// the same maximum of tanh(BN)): a quarter of the conv output's bytes written and read.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm_cuda(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -349,22 +351,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
     int64_t num_groups, const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
     double gn_eps) {
   constexpr const char* kOp = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm";
-  const auto [p, pool] = check_conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+  const auto [p, q] = check_conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
       kOp, input, weight, bias, stride, padding, output_padding, groups, dilation, mean, var, bn_weight, bn_bias,
       training, kernel_size, pool_stride, pool_padding, pool_dilation, num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard guard(input.device());
   const KernelCall k = kernel_call(p, input);
   const auto dtype = kernel_dtype(input.scalar_type());
   cuda::ConvEpilogue ep;
-  Pool2dParams q = pool;
-  const bool width_pairs = pool.kW == 2 && pool.sW == 2 && pool.pW == 0 && pool.dW == 1;
-  at::Tensor sign;  // holds pair_sign's memory until the conv has run
-  if (width_pairs && k.channel_fold == 1 && cuda::conv_plan_pools_pairs(k.p, k.plan, dtype)) {
-    ep.pool_pairs = true;
+  const bool pool_2x2 = q.kH == 2 && q.kW == 2 && q.sH == 2 && q.sW == 2 && q.pH == 0 && q.pW == 0 && q.dH == 1 &&
+                        q.dW == 1;
+  const int64_t tile_rows = pool_2x2 && k.channel_fold == 1 ? cuda::conv_plan_window_rows(k.p, k.plan, dtype) : 0;
+  const int64_t split_rows =
+      tile_rows > 0 && cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, p.N, p.C_out, num_groups, q, tile_rows)
+          ? tile_rows
+          : 0;
+  at::Tensor sign;  // holds window_sign's memory until the conv has run
+  if (split_rows > 0) {
+    ep.pool_windows = true;
     if (bn_weight.has_value()) sign = bn_weight->contiguous();
-    ep.pair_sign = ptr_or_null(sign);
-    q.W = p.OW / 2;  // (2, 2) windows over the output = (2, 1) windows over its column pairs
-    q.kW = q.sW = 1;
+    ep.window_sign = ptr_or_null(sign);
   }
   ChannelStats r;  // batch statistics in training, else empty
   if (training) {
@@ -374,8 +379,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
     r.mean = at::empty({0}, input.options().dtype(compute_dtype(input.scalar_type())));
     r.var = at::empty_like(r.mean);
   }
-  const at::Tensor y = bn_tanh_pool_group_norm(kOp, r.out, q, training ? r.mean : *mean, training ? r.var : *var,
-                                               bn_weight, bn_bias, bn_eps, num_groups, gn_weight, gn_bias, gn_eps);
+  const at::Tensor y = bn_tanh_pool_group_norm(kOp, r.out, q, split_rows, training ? r.mean : *mean,
+                                               training ? r.var : *var, bn_weight, bn_bias, bn_eps, num_groups,
+                                               gn_weight, gn_bias, gn_eps);
   return {y.contiguous(output_memory_format(input)), r.mean, r.var};
 }
 

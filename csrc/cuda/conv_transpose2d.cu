@@ -387,16 +387,18 @@ cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
   });
 }
 
-bool conv_plan_pools_pairs(const ConvTranspose2dParams& p, const ConvPlan& plan, DType dtype) {
-  if (env_flag("MYOPS_DISABLE_PAIR_STORES")) return false;  // A/B runs and tests
-  return plan.engine == ConvEngine::Wgmma && conv_wgmma_stores_pairs(plan.wg, dtype) && p.sW == 1 && p.OW >= 2;
+int conv_plan_window_rows(const ConvTranspose2dParams& p, const ConvPlan& plan, DType dtype) {
+  if (env_flag("MYOPS_DISABLE_WINDOW_STORES")) return 0;  // A/B runs and tests
+  const bool ok = plan.engine == ConvEngine::Wgmma && conv_wgmma_stores_windows(plan.wg, dtype) && p.sH == 1 &&
+                  p.sW == 1 && p.OH >= 2 && p.OW >= 2;
+  return ok ? plan.wg.rows : 0;
 }
 
 cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight, const void* bias,
                                      void* out, DType dtype, Fp32Math fp32_math,
                                      const ConvTranspose2dParams& p, const ConvPlan& plan,
                                      const ConvEpilogue& ep, cudaStream_t stream) {
-  if (ep.pool_pairs && !conv_plan_pools_pairs(p, plan, dtype)) return cudaErrorInvalidValue;
+  if (ep.pool_windows && conv_plan_window_rows(p, plan, dtype) == 0) return cudaErrorInvalidValue;
   if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_forward(x, prepared_weight, bias, out, dtype, p, plan.wg, ep, stream);
   if (plan.engine == ConvEngine::Mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, plan.tiling, ep, stream);
   if (plan.engine == ConvEngine::Direct) return conv_direct_forward(x, prepared_weight, bias, out, dtype, p, plan.direct, ep, stream);

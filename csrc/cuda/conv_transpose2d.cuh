@@ -6,6 +6,7 @@
 #include "cuda/conv_transpose2d_mma.cuh"
 #include "cuda/conv_transpose2d_wgmma.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/window_store.cuh"
 
 namespace myops {
 namespace cuda {
@@ -23,14 +24,16 @@ struct ConvEpilogue {
   // pointwise view of a 1 x 1 input, whose channels are (channel, kh, kw): see bindings.cpp);
   // the mma.sync kernel's blocks then hold whole folds (it divides 16).
   int channel_fold = 1;
-  // If set (the ping-pong wgmma kernel only: conv_plan_pools_pairs), each horizontal pair of
-  // output columns (2i, 2i + 1) is stored as one value, out being [N, C_out, OH, OW / 2]: the
-  // pair's maximum, or its minimum for channels whose pair_sign entry is negative (NaN wins
-  // either way). A width-2 max-pool after a per-channel map monotonic in the value (BatchNorm's
-  // x * a + s with a of pair_sign's sign, then tanh) sees the same value, from half the bytes.
-  // The statistics still describe every output value.
-  bool pool_pairs = false;
-  const void* pair_sign = nullptr;  // nullable [C_out] of the output dtype
+  // If set (the ping-pong wgmma kernel only: conv_plan_window_rows), each 2 x 2 window of the
+  // output (rows 2k, 2k + 1, columns 2i, 2i + 1) is stored as one value: the window's maximum, or
+  // its minimum for channels whose window_sign entry is negative (NaN wins either way). A 2 x 2
+  // max-pool of stride 2 after a per-channel map monotonic in the value (BatchNorm's x * a + s with
+  // a of window_sign's sign, then tanh) sees the same value, from a quarter of the bytes. A window
+  // whose rows lie in two tiles is stored as its two rows' values (window_store_row): the reader
+  // takes their extreme. out is [N, C_out, window_store_rows(OH, rows), OW / 2]. The statistics
+  // still describe every output value.
+  bool pool_windows = false;
+  const void* window_sign = nullptr;  // nullable [C_out] of the output dtype
 };
 
 // Which kernel runs a call and what it needs: calls with few multiply-adds per output value
@@ -63,10 +66,11 @@ struct ConvPlan {
 // give the wgmma kernel channels-last).
 ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool input_channels_last);
 
-// Whether the plan's kernel can store column pairs (ConvEpilogue::pool_pairs): the ping-pong
-// wgmma kernel, whose threads hold pairs of neighbouring columns, with stride 1 along the width
-// (one column phase). MYOPS_DISABLE_PAIR_STORES=1: never.
-bool conv_plan_pools_pairs(const ConvTranspose2dParams& p, const ConvPlan& plan, DType dtype);
+// The output rows per tile where the plan's kernel can store 2 x 2 windows
+// (ConvEpilogue::pool_windows; the ping-pong wgmma kernel, whose threads hold pairs of
+// neighbouring columns and every row of a tile, with stride 1: one output phase), else 0.
+// MYOPS_DISABLE_WINDOW_STORES=1: never.
+int conv_plan_window_rows(const ConvTranspose2dParams& p, const ConvPlan& plan, DType dtype);
 
 // weight [C_in, C_out / groups, kH, kW] (contiguous) -> the plan's prepared layout.
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,

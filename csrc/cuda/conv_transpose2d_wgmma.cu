@@ -508,9 +508,9 @@ __device__ inline WgTile wg_tile(int64_t t, int64_t tiles_per_sample, int64_t co
 // chunks in sequence order (turn[]: a consumer starts a tile's MMAs once the other has issued its
 // previous tile's), so no one waits on a stage two rounds ahead, which parity could not tell.
 // kIn: Registers or NhwcBoxes (one thread issues each chunk; full[s] waits for one arrival).
-// kPairs: the epilogue stores column pairs (ep.pool_pairs); its own build, since a runtime
-// choice between the two stores made ptxas spill 50-100 bytes in every instance.
-template <typename T, int Q, int R, WgInput kIn, bool kPairs>
+// kWindows: the epilogue stores 2 x 2 windows (ep.pool_windows); its own build, since a runtime
+// choice between two kinds of stores made ptxas spill 50-100 bytes in every instance.
+template <typename T, int Q, int R, WgInput kIn, bool kWindows>
 __global__ void __launch_bounds__(kPingPongThreads, 1)
     conv_wgmma_pingpong_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
@@ -626,7 +626,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
       if (n_chunks > 0) mbar_arrive(empty((chunk_seq + n_chunks - 1) % stages));
       chunk_seq += n_chunks;
-      wgmma_epilogue<T, Q, R, kPairs>(acc, tid, bias, out, p, ep, ph, origin.j0, origin.i0, tl.n, tl.g,
+      wgmma_epilogue<T, Q, R, kWindows>(acc, tid, bias, out, p, ep, ph, origin.j0, origin.i0, tl.n, tl.g,
                                       tl.ct * kBlockCh, tl.x, tiles_per_sample);
     }
   };
@@ -702,13 +702,13 @@ cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, 
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   const WgSmem sl = wg_smem(p, R, Q, t.stages, dtype, 0, t.nhwc);
-  // pair stores: float32 only (conv_wgmma_stores_pairs), so no 16-bit pair builds
-  constexpr bool kPairBuild = std::is_same<T, float>::value;
-  const bool pairs = kPairBuild && ep.pool_pairs;
-  auto kernel = t.nhwc ? (pairs ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes, kPairBuild>
-                                : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes, false>)
-                       : (pairs ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers, kPairBuild>
-                                : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers, false>);
+  // window stores (conv_wgmma_stores_windows): no builds for 16-bit input through registers
+  constexpr bool kF32 = std::is_same<T, float>::value;
+  const bool windows = ep.pool_windows && (kF32 || t.nhwc);
+  auto kernel = t.nhwc ? (windows ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes, true>
+                                  : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::NhwcBoxes, false>)
+                       : (windows ? conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers, kF32>
+                                  : conv_wgmma_pingpong_kernel<T, Q, R, WgInput::Registers, false>);
   err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), sl.bytes);
   if (err != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(std::min<int64_t>(total, sms)), kPingPongThreads, sl.bytes, stream>>>(

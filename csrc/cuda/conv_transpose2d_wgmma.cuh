@@ -46,13 +46,11 @@ enum class ChannelsLastInput { Never, Auto, Always };
 // through TMA where its layout allows. channels_last: whether the input may come channels-last.
 WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
                               bool force, bool allow_tma, ChannelsLastInput channels_last);
-// Whether the tiling's kernel stores column pairs (ConvEpilogue::pool_pairs): the ping-pong form
-// (17-row strips) in float32. H100, L2_11's one-call op, same process, pairs / full output:
-// float32 conv 927 / 946 us and tail 151 / 195 us; but bfloat16 (channels-last input) conv
-// 579 / 500 us against a tail of 128 / 152 us, so 16-bit calls store the full output (and
-// 16-bit input through registers spilled 56-68 bytes in its pair build).
-inline bool conv_wgmma_stores_pairs(const WgmmaTiling& t, DType dtype) {
-  return t.q > 0 && t.rows == 17 && dtype == DType::F32;
+// Whether the tiling's kernel stores 2 x 2 windows (ConvEpilogue::pool_windows): the ping-pong
+// form (17-row strips), with input through registers in float32 only (16-bit input through
+// registers spilled 56-68 bytes in the column-pair build that preceded it).
+inline bool conv_wgmma_stores_windows(const WgmmaTiling& t, DType dtype) {
+  return t.q > 0 && t.rows == 17 && (dtype == DType::F32 || t.nhwc);
 }
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
