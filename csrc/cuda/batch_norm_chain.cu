@@ -226,7 +226,7 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
   }
   __syncthreads();
   T* out = y + (n * C + g * C_g) * int64_t(PHW);
-  PlaneCursor at(threadIdx.x, 1, PHW);
+  PlaneCursor at(threadIdx.x, q.PH, q.PW);  // (a one-row cursor would wrap its row every step)
   for (int e = threadIdx.x; e < numel; e += kThreads, at.advance())
     out[e] = Tr::from_acc((Tr::to_acc(pooled[e]) - static_cast<acc_t>(mu)) * gn_scale[at.plane] + gn_shift[at.plane]);
 }
