@@ -189,8 +189,8 @@ def update_running_stats(running_mean: Tensor, running_var: Tensor, mean: Tensor
     """BatchNorm's buffer update, in place: ``r = (1 - momentum) * r + momentum * batch`` with the
     unbiased variance ``var * count / (count - 1)`` entering ``running_var``."""
     with torch.no_grad():
-        # three multi-tensor kernels (H100: the seven single-tensor ops before ran back to back
-        # after the chain, ~17 us of GPU time)
+        # 3-4 kernels (multi-tensor; the add per tensor for 16-bit buffers): the seven
+        # single-tensor ops before ran back to back after the chain, ~17 us on the H100
         unbiased = count / (count - 1) if count > 1 else 1.0
         batch = torch._foreach_mul([mean.detach(), var.detach()], [momentum, momentum * unbiased])
         buffers = [running_mean, running_var]
