@@ -19,8 +19,8 @@ def _pair(v: IntOrPair) -> list:
 
 def _below_autograd(op, *args):
     """op(*args) for a call that needs no gradient, dispatched below the Autograd key: there the
-    op's (Python) autograd kernel would only redispatch, which cost ~50 us of host time per L2_11
-    call on the H100 machine (before the first kernel starts). Not while torch.compile traces
+    op's (Python) autograd kernel would only redispatch, which cost 40-50 us of host time per
+    L2_11 call on the H100 machine (before the first kernel starts). Not while torch.compile traces
     (dynamo does not trace the guard; the compiled graph makes its own calls)."""
     if torch.compiler.is_compiling():
         return op(*args)

@@ -329,9 +329,7 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
                                                   const void* gn_bias, double gn_eps, void* y, cudaStream_t stream) {
   if (N * C == 0 || q.PH * q.PW == 0) return cudaSuccess;
   const bool stored_windows = split_rows > 0;
-  if (stored_windows && !(q.kH == 2 && q.kW == 2 && q.sH == 2 && q.sW == 2 && q.pH == 0 && q.pW == 0 &&
-                          q.dH == 1 && q.dW == 1))
-    return cudaErrorInvalidValue;
+  if (stored_windows && !pool_is_2x2(q)) return cudaErrorInvalidValue;
   if (!batch_norm_tanh_max_pool2d_group_norm_fits(dtype, N, C, num_groups, q, split_rows))
     return cudaErrorInvalidConfiguration;
   const Pool2dParams in = tail_input(q, split_rows);
@@ -340,11 +338,10 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;
     const bool inside = q.pH == 0 && q.pW == 0;
-    const bool window_2x2 = inside && q.kH == 2 && q.sH == 2 && q.dH == 1 && q.kW == 2 && q.sW == 2 && q.dW == 1;
-    auto kernel = stored_windows ? bn_tanh_pool_group_norm_kernel<3, T, S>
-                  : window_2x2   ? bn_tanh_pool_group_norm_kernel<2, T, S>
-                  : inside       ? bn_tanh_pool_group_norm_kernel<1, T, S>
-                                 : bn_tanh_pool_group_norm_kernel<0, T, S>;
+    auto kernel = stored_windows  ? bn_tanh_pool_group_norm_kernel<3, T, S>
+                  : pool_is_2x2(q) ? bn_tanh_pool_group_norm_kernel<2, T, S>
+                  : inside         ? bn_tanh_pool_group_norm_kernel<1, T, S>
+                                   : bn_tanh_pool_group_norm_kernel<0, T, S>;
     cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), layout.smem);
     if (err != cudaSuccess) return err;
     kernel<<<static_cast<unsigned>(N * num_groups), kThreads, layout.smem, stream>>>(

@@ -22,6 +22,12 @@ cudaError_t batch_norm_tanh_max_pool2d(const void* x, DType dtype, int64_t N, in
                                        const void* bn_weight, const void* bn_bias, double eps,
                                        void* y, void* plane_stats, cudaStream_t stream);
 
+// MaxPool2d(2, 2): 2 x 2 windows of stride 2, no padding or dilation (the tail's unrolled window,
+// and the pool a window-stored conv output can stand for).
+inline bool pool_is_2x2(const Pool2dParams& q) {
+  return q.kH == 2 && q.kW == 2 && q.sH == 2 && q.sW == 2 && q.pH == 0 && q.pW == 0 && q.dH == 1 && q.dW == 1;
+}
+
 // The whole tail in one kernel, one block per (n, group), when the pooled group fits in shared
 // memory (see _fits): y = group_norm(max_pool2d(tanh(batch_norm(x)))), with the same arguments as
 // above plus GroupNorm's; otherwise the caller runs batch_norm_tanh_max_pool2d and the GroupNorm

@@ -283,8 +283,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
 // new contiguous NCHW tensor. split_rows > 0: x is a window-stored conv output (the conv's tiles
 // split_rows rows tall; the caller checked that the one-kernel tail takes it).
 at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Pool2dParams& q, int64_t split_rows,
-                                   const at::Tensor& mean, const at::Tensor& var, const std::optional<at::Tensor>& bn_weight,
-                                   const std::optional<at::Tensor>& bn_bias, double bn_eps, int64_t num_groups,
+                                   const at::Tensor& mean, const at::Tensor& var,
+                                   const std::optional<at::Tensor>& bn_weight, const std::optional<at::Tensor>& bn_bias, double bn_eps, int64_t num_groups,
                                    const std::optional<at::Tensor>& gn_weight,
                                    const std::optional<at::Tensor>& gn_bias, double gn_eps) {
   const int64_t N = x.size(0), C = x.size(1);
@@ -298,9 +298,9 @@ at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Po
     // one kernel: each (n, group)'s pooled planes stay on chip for the statistics and the normalisation
     const at::Tensor gw = contiguous_or_undefined(gn_weight), gb = contiguous_or_undefined(gn_bias);
     check_launch(cuda::batch_norm_tanh_max_pool2d_group_norm(
-                     x.const_data_ptr(), dtype, N, C, q, split_rows, m.const_data_ptr(), v.const_data_ptr(), ptr_or_null(w),
-                     ptr_or_null(b), bn_eps, num_groups, ptr_or_null(gw), ptr_or_null(gb), gn_eps, out.data_ptr(),
-                     stream),
+                     x.const_data_ptr(), dtype, N, C, q, split_rows, m.const_data_ptr(), v.const_data_ptr(),
+                     ptr_or_null(w), ptr_or_null(b), bn_eps, num_groups, ptr_or_null(gw), ptr_or_null(gb), gn_eps,
+                     out.data_ptr(), stream),
                  op);
     return out;
   }
@@ -358,9 +358,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
   const KernelCall k = kernel_call(p, input);
   const auto dtype = kernel_dtype(input.scalar_type());
   cuda::ConvEpilogue ep;
-  const bool pool_2x2 = q.kH == 2 && q.kW == 2 && q.sH == 2 && q.sW == 2 && q.pH == 0 && q.pW == 0 && q.dH == 1 &&
-                        q.dW == 1;
-  const int64_t tile_rows = pool_2x2 && k.channel_fold == 1 ? cuda::conv_plan_window_rows(k.p, k.plan, dtype) : 0;
+  const int64_t tile_rows =
+      cuda::pool_is_2x2(q) && k.channel_fold == 1 ? cuda::conv_plan_window_rows(k.p, k.plan, dtype) : 0;
   const int64_t split_rows =
       tile_rows > 0 && cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, p.N, p.C_out, num_groups, q, tile_rows)
           ? tile_rows

@@ -24,8 +24,8 @@ __device__ __forceinline__ float max_nan(float a, float b) {
 // reduced per 2 x 2 window and stored. A window opens on an even output row, so with the tile's
 // first row at j0 the windows are rows (2w - odd, 2w + 1 - odd) (odd = j0 % 2, a compile-time
 // branch: the loop is static either way), clipped to the tile: a window split by the tile edge
-// is stored as its part. Its stored row is window_store_row of its first row in the tile,
-// (j0 - odd) / 2 + j0 / R + w. flip = -1 (BN weight negative): the minimum, as -max(-v).
+// is stored as its part. Window w goes to stored row window_store_row(j0, R) + w (the first
+// window's, as the rows of one tile share j0 / R). flip = -1 (BN weight negative): the minimum, as -max(-v).
 template <typename T, int Q, int R, int kOdd>
 __device__ __forceinline__ void store_windows(const float (&acc)[Q][4 * R], int hc, int window_rows, int cols,
                                               int tq, float flip, T* chan, int out_w) {
@@ -114,7 +114,7 @@ __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restr
     });
     if constexpr (kWindows) {
       if (ch_ok) {
-        T* const first_window = chan + ((j0 - odd_start) / 2 + j0 / R) * out_w;
+        T* const first_window = chan + window_store_row(j0, R) * out_w;
         const float flip = window_min ? -1.f : 1.f;
         if (odd_start) store_windows<T, Q, R, 1>(acc, hc, window_rows, cols, tq, flip, first_window, out_w);
         else store_windows<T, Q, R, 0>(acc, hc, window_rows, cols, tq, flip, first_window, out_w);
