@@ -98,16 +98,22 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_fixed(const 
 }
 
 // MaxPool2d(2, 2) over a window-stored conv output (ConvEpilogue::pool_windows: each window
-// already reduced to its extreme, in one stored row, or two where a tile edge split it).
+// already reduced to its extreme, in one stored row, or two where a tile edge split it): pooled
+// row ph's stored rows, found once for the row's outputs.
+struct StoredWindowRows {
+  int first, second;  // equal unless the window is split
+  __device__ StoredWindowRows(int ph, float inv_split_rows)
+      : first(window_store_row_small(2 * ph, inv_split_rows)),
+        second(window_store_row_small(2 * ph + 1, inv_split_rows)) {}
+};
 template <typename T>
-__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_stored_window(const T* in, int W, float inv_split_rows,
-                                                                       int ph, int pw, typename DTypeTraits<T>::acc_t a,
+__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_stored_window(const T* plane, int W, StoredWindowRows rows,
+                                                                       int pw, typename DTypeTraits<T>::acc_t a,
                                                                        typename DTypeTraits<T>::acc_t s) {
   using Tr = DTypeTraits<T>;
-  const int r0 = window_store_row_small(2 * ph, inv_split_rows), r1 = window_store_row_small(2 * ph + 1, inv_split_rows);
-  typename Tr::acc_t best = Tr::to_acc(in[r0 * W + pw]) * a + s;
-  if (r1 != r0) {
-    const auto v = Tr::to_acc(in[r1 * W + pw]) * a + s;
+  typename Tr::acc_t best = Tr::to_acc(plane[rows.first * W + pw]) * a + s;
+  if (rows.second != rows.first) {
+    const auto v = Tr::to_acc(plane[rows.second * W + pw]) * a + s;
     if (v > best || isnan(v)) best = v;
   }
   return tanh(best);
@@ -151,19 +157,26 @@ struct Welford {
 };
 
 // One block per (n, group): the group's pooled planes stay in shared memory, so the statistics
-// (two passes over shared memory: mean, then squared deviations) and the normalisation need no
-// second pass over global memory. Input planes are staged in batches with coalesced 16-byte
-// loads (placed at the source's misalignment so both sides line up), then pooled from shared
-// memory. Chosen when the pooled group and one input plane fit. kWindow: 0 (general window), 1
-// (no padding: every window inside the plane), 2 (MaxPool2d(2, 2)), 3 (MaxPool2d((2, 1)): rows of
-// column pairs).
+// and the normalisation need no second pass over global memory. Input planes are staged in
+// batches with coalesced 16-byte loads (placed at the source's misalignment so both sides line
+// up), then pooled from shared memory. Chosen when the pooled group and one input plane fit.
+// kWindow: 0 (general window), 1 (no padding: every window inside the plane), 2 (MaxPool2d(2,
+// 2)), 3 (a window-stored conv output: StoredWindowRows).
+// The kernel is instruction-bound (ncu on L2_11: ~150 warp instructions per pooled value, issue
+// slots 73-79% busy), so the pooling pass takes a (plane, row, column pair) per step, sharing its
+// row and plane arithmetic between two outputs and summing them for the mean as it goes; the
+// squared deviations and the normalisation read shared memory in 16-byte vectors / write global
+// memory in 16-byte vectors. Thread t takes the pairs u = t (mod kThreads) of the whole group in
+// order, whatever the batching or the stored layout, so the statistics (and the outputs) of a
+// window-stored and a full conv output are the same bits.
 template <int kWindow, typename T, typename S>
 __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, int C_g, PoolInts q,
                                                int batch_planes, const S* __restrict__ mean,
                                                const S* __restrict__ var, const T* __restrict__ w,
                                                const T* __restrict__ b, double bn_eps,
                                                const T* __restrict__ gamma, const T* __restrict__ beta,
-                                               double gn_eps, float inv_split_rows, T* __restrict__ y) {
+                                               double gn_eps, float inv_split_rows, float inv_phw,
+                                               T* __restrict__ y) {
   using Tr = DTypeTraits<T>;
   using acc_t = typename Tr::acc_t;
   constexpr int kVec = Tr::kVec;
@@ -180,6 +193,8 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
   T* stage = pooled + (numel + kVec - 1) / kVec * kVec;
   for (int c = threadIdx.x; c < C_g; c += kThreads)
     batch_norm_fold(static_cast<int>(g) * C_g + c, mean, var, w, b, bn_eps, bn_a[c], bn_s[c]);
+  const int pairs = (q.PW + 1) / 2, plane_pairs = q.PH * pairs;
+  acc_t part = 0;  // this thread's outputs, for the mean
   const T* src_group = x + (n * C + g * C_g) * int64_t(HW);
   for (int pl0 = 0; pl0 < C_g; pl0 += batch_planes) {
     const int nb = min(batch_planes, C_g - pl0), len = nb * HW;
@@ -192,28 +207,45 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
     for (int i = threadIdx.x; i < head; i += kThreads) dst[i] = src[i];
     for (int i = head + n_vec * kVec + threadIdx.x; i < len; i += kThreads) dst[i] = src[i];
     __syncthreads();
-    PlaneCursor at(threadIdx.x, q.PH, q.PW);
-    for (int o = threadIdx.x; o < nb * PHW; o += kThreads, at.advance()) {
-      const int pl = at.plane;
+    const int u_begin = pl0 * plane_pairs, u_end = u_begin + nb * plane_pairs;
+    const int u_first = u_begin + ((threadIdx.x - u_begin) % kThreads + kThreads) % kThreads;
+    PlaneCursor at(u_first - u_begin, q.PH, pairs);
+    for (int u = u_first; u < u_end; u += kThreads, at.advance()) {
+      const int pl = at.plane, ph = at.row, pw = 2 * at.col;
       const T* plane = dst + pl * HW;
       const acc_t a = bn_a[pl0 + pl], sh = bn_s[pl0 + pl];
-      acc_t v;
-      if constexpr (kWindow == 2) v = bn_tanh_window_max_fixed<2, 2>(plane, q.W, at.row, at.col, a, sh);
-      else if constexpr (kWindow == 3) v = bn_tanh_stored_window(plane, q.W, inv_split_rows, at.row, at.col, a, sh);
-      else v = bn_tanh_window_max<kWindow == 1>(plane, q, at.row, at.col, a, sh);
-      pooled[pl0 * PHW + o] = Tr::from_acc(v);
+      auto pool = [&](int col) -> acc_t {
+        if constexpr (kWindow == 2) return bn_tanh_window_max_fixed<2, 2>(plane, q.W, ph, col, a, sh);
+        else if constexpr (kWindow == 3) return bn_tanh_stored_window(plane, q.W, StoredWindowRows(ph, inv_split_rows), col, a, sh);
+        else return bn_tanh_window_max<kWindow == 1>(plane, q, ph, col, a, sh);
+      };
+      T* out = pooled + (pl0 + pl) * PHW + ph * q.PW + pw;
+      const T v0 = Tr::from_acc(pool(pw));
+      out[0] = v0;
+      part += Tr::to_acc(v0);
+      if (pw + 1 < q.PW) {
+        const T v1 = Tr::from_acc(pool(pw + 1));
+        out[1] = v1;
+        part += Tr::to_acc(v1);
+      }
     }
   }
-  __syncthreads();
-  double sum[1] = {0.0};
-  acc_t part = 0;
-  for (int e = threadIdx.x; e < numel; e += kThreads) part += Tr::to_acc(pooled[e]);
-  sum[0] = part;
-  block_sum<kThreads>(sum);
+  double sum[1] = {part};
+  block_sum<kThreads>(sum);  // (its barriers also publish the pooled values)
   const double mu = sum[0] / numel;
+  const acc_t mu_acc = static_cast<acc_t>(mu);
+  const int n_vec = numel / kVec;  // pooled is 16-byte aligned
   part = 0;
-  for (int e = threadIdx.x; e < numel; e += kThreads) {
-    const acc_t d = Tr::to_acc(pooled[e]) - static_cast<acc_t>(mu);
+  for (int i = threadIdx.x; i < n_vec; i += kThreads) {
+    const Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(pooled)[i];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const acc_t d = Tr::to_acc(v.v[k]) - mu_acc;
+      part += d * d;
+    }
+  }
+  for (int e = n_vec * kVec + threadIdx.x; e < numel; e += kThreads) {
+    const acc_t d = Tr::to_acc(pooled[e]) - mu_acc;
     part += d * d;
   }
   sum[0] = part;
@@ -225,10 +257,26 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
     gn_shift[c] = beta ? Tr::to_acc(beta[ch]) : acc_t(0);
   }
   __syncthreads();
+  // The group's output is contiguous: 16-byte stores between a scalar head and tail.
   T* out = y + (n * C + g * C_g) * int64_t(PHW);
-  PlaneCursor at(threadIdx.x, q.PH, q.PW);  // (a one-row cursor would wrap its row every step)
-  for (int e = threadIdx.x; e < numel; e += kThreads, at.advance())
-    out[e] = Tr::from_acc((Tr::to_acc(pooled[e]) - static_cast<acc_t>(mu)) * gn_scale[at.plane] + gn_shift[at.plane]);
+  auto normalised = [&](int e, int c) {
+    return Tr::from_acc((Tr::to_acc(pooled[e]) - mu_acc) * gn_scale[c] + gn_shift[c]);
+  };
+  const int head = static_cast<int>(vector_head(out, numel)), out_vecs = (numel - head) / kVec;
+  for (int e = threadIdx.x; e < head; e += kThreads) out[e] = normalised(e, quotient_small(e, inv_phw));
+  for (int i = threadIdx.x; i < out_vecs; i += kThreads) {
+    const int e0 = head + i * kVec;
+    int c = quotient_small(e0, inv_phw), next = (c + 1) * PHW;  // the channel, where the next begins
+    Vec<T, kVec> v;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      if (e0 + k == next) ++c, next += PHW;
+      v.v[k] = normalised(e0 + k, c);
+    }
+    *reinterpret_cast<Vec<T, kVec>*>(out + e0) = v;
+  }
+  for (int e = head + out_vecs * kVec + threadIdx.x; e < numel; e += kThreads)
+    out[e] = normalised(e, quotient_small(e, inv_phw));
 }
 
 // One warp per (n, c) plane (the fallback for groups too large for shared memory), lanes stride
@@ -349,7 +397,7 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
         layout.batch_planes, static_cast<const S*>(mean), static_cast<const S*>(var),
         static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), bn_eps, static_cast<const T*>(gn_weight),
         static_cast<const T*>(gn_bias), gn_eps, stored_windows ? 1.f / static_cast<float>(split_rows) : 0.f,
-        static_cast<T*>(y));
+        1.f / static_cast<float>(q.PH * q.PW), static_cast<T*>(y));
     return cudaGetLastError();
   });
 }
