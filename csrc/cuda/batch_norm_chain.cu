@@ -214,9 +214,10 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
       const int pl = at.plane, ph = at.row, pw = 2 * at.col;
       const T* plane = dst + pl * HW;
       const acc_t a = bn_a[pl0 + pl], sh = bn_s[pl0 + pl];
+      const StoredWindowRows rows(ph, inv_split_rows);  // (kWindow 3)
       auto pool = [&](int col) -> acc_t {
         if constexpr (kWindow == 2) return bn_tanh_window_max_fixed<2, 2>(plane, q.W, ph, col, a, sh);
-        else if constexpr (kWindow == 3) return bn_tanh_stored_window(plane, q.W, StoredWindowRows(ph, inv_split_rows), col, a, sh);
+        else if constexpr (kWindow == 3) return bn_tanh_stored_window(plane, q.W, rows, col, a, sh);
         else return bn_tanh_window_max<kWindow == 1>(plane, q, ph, col, a, sh);
       };
       T* out = pooled + (pl0 + pl) * PHW + ph * q.PW + pw;

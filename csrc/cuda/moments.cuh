@@ -42,24 +42,32 @@ __device__ inline Moments warp_combine(Moments m) {
   return m;
 }
 
-// Sums kCount doubles per thread across a block of kThreads (a power of two), tree over the
-// thread index; every thread gets the sums. Safe to call repeatedly (it waits for the previous
-// call's readers before reusing its scratch).
+// Sums kCount doubles per thread across a block of kThreads (a multiple of 32) in a fixed order:
+// an xor butterfly per warp (both lanes of a pair add the same two values, so every lane holds
+// the warp's sum), then each thread adds the warp sums in warp order. Every thread gets the
+// sums. Two barriers (a shared-memory tree took log2(kThreads) + 2: the BatchNorm chain's tail
+// calls this twice per block). Safe to call repeatedly (it waits for the previous call's readers
+// before reusing its scratch).
 template <int kThreads, int kCount>
 __device__ void block_sum(double (&v)[kCount]) {
-  __shared__ double red[kCount][kThreads];
+  static_assert(kThreads % 32 == 0, "whole warps");
+  constexpr int kWarps = kThreads / 32;
+  __shared__ double red[kCount][kWarps];
+#pragma unroll
+  for (int k = 0; k < kCount; ++k)
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0)
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) red[k][threadIdx.x / 32] = v[k];
   __syncthreads();
 #pragma unroll
-  for (int k = 0; k < kCount; ++k) red[k][threadIdx.x] = v[k];
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width)
-#pragma unroll
-      for (int k = 0; k < kCount; ++k) red[k][threadIdx.x] += red[k][threadIdx.x + width];
-    __syncthreads();
+  for (int k = 0; k < kCount; ++k) {
+    v[k] = red[k][0];
+#pragma unroll 1
+    for (int w = 1; w < kWarps; ++w) v[k] += red[k][w];
   }
-#pragma unroll
-  for (int k = 0; k < kCount; ++k) v[k] = red[k][0];
 }
 
 }  // namespace cuda
