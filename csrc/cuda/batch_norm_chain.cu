@@ -15,15 +15,29 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One block per channel: the channel's (n, tile) entries in a fixed order.
+// One block per channel: the channel's (n, tile) entries in a fixed order. A thread's entries
+// are loaded kBatch at a time before they are combined: one at a time, each load waited for the
+// previous combine (a dependent chain of L2 latencies: 14 us for L2_11's 3072 entries per channel
+// on the H100).
 template <typename S>
 __global__ void channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int64_t C, int64_t T,
                                      S* __restrict__ mean, S* __restrict__ var) {
-  const int64_t c = blockIdx.x;
+  constexpr int kBatch = 8;
+  const int64_t c = blockIdx.x, total = N * T;
+  auto entry = [&](int64_t i) { return tiles + (((i / T) * C + c) * T + i % T) * 3; };
   Moments acc{0, 0, 0};
-  for (int64_t i = threadIdx.x; i < N * T; i += kThreads) {
-    const S* e = tiles + (((i / T) * C + c) * T + i % T) * 3;
-    acc = combine(acc, {e[0], e[1], e[2]});
+  for (int64_t i0 = threadIdx.x; i0 < total; i0 += int64_t(kBatch) * kThreads) {
+    S e[kBatch][3];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t i = i0 + int64_t(b) * kThreads;
+      const S* src = entry(i < total ? i : 0);
+#pragma unroll
+      for (int k = 0; k < 3; ++k) e[b][k] = src[k];
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (i0 + int64_t(b) * kThreads < total) acc = combine(acc, {e[b][0], e[b][1], e[b][2]});
   }
   const Moments all = block_combine<kThreads>(acc);
   if (threadIdx.x == 0) {

@@ -17,11 +17,18 @@ struct NoWmma {  // placeholder fragments for the FFMA path
 template <typename T>
 struct DTypeTraits;
 
+// kVec elements moved as one 16-byte access.
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Vec {
+  T v[kVec];
+};
+
 template <>
 struct DTypeTraits<float> {
   using acc_t = float;
   __device__ static float to_acc(float v) { return v; }
   __device__ static float from_acc(float v) { return v; }
+  __device__ static Vec<float, 2> from_acc2(float a, float b) { return {{a, b}}; }
   static constexpr int kVec = 4;
   struct Tf32 {
     static constexpr int kK = 8;
@@ -68,6 +75,16 @@ template <>
 __device__ inline __half float_to_half<__half>(float v) { return __float2half_rn(v); }
 template <>
 __device__ inline __nv_bfloat16 float_to_half<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+// Two values rounded by one packed conversion (cvt.rn.bf16x2.f32 / .f16x2: half the
+// instructions of two; the wgmma epilogues convert every accumulator).
+__device__ inline Vec<__half, 2> float2_to_half2(float a, float b, __half) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return {{__low2half(h), __high2half(h)}};
+}
+__device__ inline Vec<__nv_bfloat16, 2> float2_to_half2(float a, float b, __nv_bfloat16) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return {{__low2bfloat16(h), __high2bfloat16(h)}};
+}
 
 template <typename Half>
 struct Half16Traits {
@@ -75,6 +92,7 @@ struct Half16Traits {
   static constexpr int kVec = 8;
   __device__ static float to_acc(Half v) { return half_to_float(v); }
   __device__ static Half from_acc(float v) { return float_to_half<Half>(v); }
+  __device__ static Vec<Half, 2> from_acc2(float a, float b) { return float2_to_half2(a, b, Half{}); }
   template <bool kTensorCore>
   using Wmma = typename std::conditional<kTensorCore, HalfWmma<Half>, NoWmma>::type;
 };
@@ -83,12 +101,6 @@ template <>
 struct DTypeTraits<__half> : Half16Traits<__half> {};
 template <>
 struct DTypeTraits<__nv_bfloat16> : Half16Traits<__nv_bfloat16> {};
-
-// kVec elements moved as one 16-byte access.
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-  T v[kVec];
-};
 
 // Elements of T by which p lies past a 16-byte boundary.
 template <typename T>

@@ -92,22 +92,19 @@ __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restr
 #pragma unroll
         for (int j = 0; j < R; ++j) {
           float* v = &acc[q][4 * j + 2 * hc];
-          const T t0 = Traits::from_acc(act(v[0] + b)), t1 = Traits::from_acc(act(v[1] + b));
-          v[0] = Traits::to_acc(t0);
-          v[1] = Traits::to_acc(t1);
+          const Vec<T, 2> pair = Traits::from_acc2(act(v[0] + b), act(v[1] + b));
+          v[0] = Traits::to_acc(pair.v[0]);
+          v[1] = Traits::to_acc(pair.v[1]);
           if (j >= rows) continue;
           sum += (ok0 ? v[0] : 0.f) + (ok1 ? v[1] : 0.f);
           if constexpr (kWindows) continue;  // stored below, per window
           if (!ch_ok) continue;
           T* dst = chan + j * row_step + q * strip_step;
           if (pair_ok && ok1) {
-            Vec<T, 2> pair;
-            pair.v[0] = t0;
-            pair.v[1] = t1;
             *reinterpret_cast<Vec<T, 2>*>(dst) = pair;
           } else {
-            if (ok0) dst[0] = t0;
-            if (ok1) dst[col_step] = t1;
+            if (ok0) dst[0] = pair.v[0];
+            if (ok1) dst[col_step] = pair.v[1];
           }
         }
       }
