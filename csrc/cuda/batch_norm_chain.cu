@@ -179,7 +179,7 @@ struct Welford {
 // The kernel is instruction-bound (ncu on L2_11: ~150 warp instructions per pooled value, issue
 // slots 73-79% busy), so the pooling pass takes a (plane, row, column pair) per step, sharing its
 // row and plane arithmetic between two outputs and summing them for the mean as it goes; the
-// squared deviations and the normalisation read shared memory in 16-byte vectors / write global
+// squared deviations read shared memory in 16-byte vectors and the normalisation writes global
 // memory in 16-byte vectors. Thread t takes the pairs u = t (mod kThreads) of the whole group in
 // order, whatever the batching or the stored layout, so the statistics (and the outputs) of a
 // window-stored and a full conv output are the same bits.
@@ -272,7 +272,8 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
     gn_shift[c] = beta ? Tr::to_acc(beta[ch]) : acc_t(0);
   }
   __syncthreads();
-  // The group's output is contiguous: 16-byte stores between a scalar head and tail.
+  // The group's output is contiguous: 16-byte stores between a scalar head and tail. (numel <
+  // 2^21, as quotient_small needs: the pooled group fits in 64 KB of shared memory.)
   T* out = y + (n * C + g * C_g) * int64_t(PHW);
   auto normalised = [&](int e, int c) {
     return Tr::from_acc((Tr::to_acc(pooled[e]) - mu_acc) * gn_scale[c] + gn_shift[c]);

@@ -77,11 +77,15 @@ template <>
 __device__ inline __nv_bfloat16 float_to_half<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 // Two values rounded by one packed conversion (cvt.rn.bf16x2.f32 / .f16x2: half the
 // instructions of two; the wgmma epilogues convert every accumulator).
-__device__ inline Vec<__half, 2> float2_to_half2(float a, float b, __half) {
+template <typename Half>
+__device__ inline Vec<Half, 2> float2_to_half2(float a, float b);
+template <>
+__device__ inline Vec<__half, 2> float2_to_half2<__half>(float a, float b) {
   const __half2 h = __floats2half2_rn(a, b);
   return {{__low2half(h), __high2half(h)}};
 }
-__device__ inline Vec<__nv_bfloat16, 2> float2_to_half2(float a, float b, __nv_bfloat16) {
+template <>
+__device__ inline Vec<__nv_bfloat16, 2> float2_to_half2<__nv_bfloat16>(float a, float b) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
   return {{__low2bfloat16(h), __high2bfloat16(h)}};
 }
@@ -92,7 +96,7 @@ struct Half16Traits {
   static constexpr int kVec = 8;
   __device__ static float to_acc(Half v) { return half_to_float(v); }
   __device__ static Half from_acc(float v) { return float_to_half<Half>(v); }
-  __device__ static Vec<Half, 2> from_acc2(float a, float b) { return float2_to_half2(a, b, Half{}); }
+  __device__ static Vec<Half, 2> from_acc2(float a, float b) { return float2_to_half2<Half>(a, b); }
   template <bool kTensorCore>
   using Wmma = typename std::conditional<kTensorCore, HalfWmma<Half>, NoWmma>::type;
 };
