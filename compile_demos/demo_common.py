@@ -52,7 +52,10 @@ def compare(model, x, device, reps=None, extra_rows=()):
         # with the rewrite installed
         torch._dynamo.reset()
         mc.reset_stats()
-        mc.enable()
+        if device == "cpu":
+            print("note: myops.compile.enable() leaves CPU chains to Inductor by default (the CPU kernels are "
+                  "slower than its oneDNN conv); this demo passes devices=('cpu',) to show the rewrite")
+        mc.enable(devices=(device,))
         fused = torch.compile(model)
         # compile for real (no cache hit), so that stats() counts this compilation's rewrites
         with torch._inductor.config.patch(fx_graph_cache=False), \

@@ -7,7 +7,7 @@ aten.convolution(transposed=True), aten.gelu, aten.group_norm / aten.native_grou
 scalar of a match is read from the matched nodes and checked; nothing is a wildcard.
 """
 import operator
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -83,14 +83,16 @@ def _pair(v) -> Optional[List[Any]]:
     return None
 
 
-def _conv_args(node: fx.Node) -> Optional[List[Any]]:
+def _conv_args(node: fx.Node, devices: Optional[Tuple[str, ...]]) -> Optional[List[Any]]:
     """[input, weight, bias, stride, padding, output_padding, groups, dilation] of a 2-D transposed
-    convolution on a 4-D floating input, else None."""
+    convolution on a 4-D floating input on one of `devices` (device types; None: any), else None."""
     b = _bind(node, _CONV_SIGNATURES)
     if b is None or (node.target is aten.convolution.default and b["transposed"] is not True):
         return None
     x = _meta(b["input"])
     if x is None or x.dim() != 4 or x.dtype not in _FLOATING:
+        return None
+    if devices is not None and x.device.type not in devices:
         return None
     pairs = [_pair(b[k]) for k in ("stride", "padding", "output_padding", "dilation")]
     if any(p is None for p in pairs) or not isinstance(b["groups"], (int, torch.SymInt)):
@@ -151,7 +153,7 @@ def _replace(graph: fx.Graph, out_node: fx.Node, chain: List[fx.Node], target, a
             graph.erase_node(dead)
 
 
-def _rewrite_batch_norm_chains(graph: fx.Graph) -> int:
+def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]]) -> int:
     """conv_transpose2d -> F.batch_norm -> tanh -> F.max_pool2d -> group_norm, in training or eval
     mode: replaced by one call of the Python API, which runs the two ops and updates the running
     buffers in place as F.batch_norm does (AOTAutograd records that as a buffer mutation)."""
@@ -172,7 +174,7 @@ def _rewrite_batch_norm_chains(graph: fx.Graph) -> int:
         if bn is None or not isinstance(bn["input"], fx.Node):
             continue
         conv_node = bn["input"]
-        conv = _conv_args(conv_node)
+        conv = _conv_args(conv_node, devices)
         if conv is None or not all(_single_user(a, b) for a, b in
                                    ((conv_node, bn_node), (bn_node, tanh_node), (tanh_node, pool_node), (pool_node, node))):
             continue
@@ -211,7 +213,7 @@ def _feeds_only_pointwise(node: fx.Node) -> bool:
     return bool(node.users) and all(pointwise(u) for u in node.users)
 
 
-def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool) -> int:
+def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Optional[Tuple[str, ...]]) -> int:
     """conv_transpose2d -> gelu -> group_norm: replaced by the fused op; with split_normalize,
     where the group_norm only feeds pointwise arithmetic, by the op that stops at the statistics
     plus group_norm_with_stats in torch ops, which Inductor fuses into those consumers (one pass
@@ -223,7 +225,7 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool) -> int:
         if gelu is None or gelu["approximate"] not in ("none", "tanh") or not isinstance(gelu["input"], fx.Node):
             continue
         conv_node = gelu["input"]
-        conv = _conv_args(conv_node)
+        conv = _conv_args(conv_node, devices)
         if conv is None or not _single_user(conv_node, gelu_node) or not _single_user(gelu_node, node):
             continue
         if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):
@@ -242,16 +244,18 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool) -> int:
     return count
 
 
-def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False, split_normalize: bool = False) -> Dict[str, int]:
+def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False, split_normalize: bool = False,
+                  devices: Optional[Tuple[str, ...]] = None) -> Dict[str, int]:
     """Rewrites the chains in place; returns {pattern name: replacements}. split_normalize: see
-    _rewrite_gelu_chains (torch.compile's pass sets it: Inductor then generates the consumers)."""
+    _rewrite_gelu_chains (torch.compile's pass sets it: Inductor then generates the consumers).
+    devices: the device types (e.g. ("cuda",)) whose chains are rewritten; None: every device."""
     counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
               "conv_transpose2d": 0}
-    counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph)
-    counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph, split_normalize)
+    counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph, devices)
+    counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph, split_normalize, devices)
     if standalone_conv:
         for node in list(graph.nodes):
-            conv = _conv_args(node)
+            conv = _conv_args(node, devices)
             if conv is None:
                 continue
             _replace(graph, node, [], torch.ops.myops.conv_transpose2d.default, conv)

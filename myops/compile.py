@@ -13,12 +13,17 @@ its gradients (a post-grad rewrite would only see the forward half of a joint gr
 and group_norm already decomposed). The pass is a CustomGraphPass whose uuid() covers this module's
 source and the options, so Inductor's FX graph cache keys compiled graphs by it: a graph compiled
 without the pass is never reused with it, and vice versa.
+
+Which devices: by default the pass rewrites chains on CUDA tensors only. The CPU kernels are
+reference implementations (at::mm + col2im), 2-3x slower than the oneDNN convolution Inductor calls
+on the CPU, so a CPU model compiled with the rewrite would run slower (the demos measured 0.48-0.53x
+of plain torch.compile on a 2-core CPU). ``enable(devices=None)`` rewrites on every device.
 """
 import contextlib
 import functools
 import hashlib
 import logging
-from typing import Dict, Optional
+from typing import Dict, Iterable, Optional, Tuple, Union
 
 import torch
 import torch._inductor.config as inductor_config
@@ -42,17 +47,41 @@ def _source_hash() -> str:
     return h.hexdigest()
 
 
+Devices = Optional[Union[str, Iterable[str]]]
+DEFAULT_DEVICES = ("cuda",)
+
+
+def _device_types(devices: Devices, op: str) -> Optional[Tuple[str, ...]]:
+    """devices as a sorted tuple of device types (None: every device)."""
+    if devices is None:
+        return None
+    try:
+        entries = (devices,) if isinstance(devices, (str, torch.device)) else tuple(devices)
+        if not entries or not all(isinstance(d, (str, torch.device)) for d in entries):
+            raise TypeError
+        return tuple(sorted({torch.device(d).type for d in entries}))
+    except (TypeError, RuntimeError) as e:
+        raise ValueError(f"{op}: argument 'devices' must be None or device types such as ('cuda',), "
+                         f"got {devices!r}") from e
+
+
 class MyopsFusionPass(CustomGraphPass):
     """The rewrite as an Inductor pre-grad pass (optionally chained after a pass that was set)."""
 
-    def __init__(self, conv_transpose2d: bool = False, chained: Optional[object] = None):
+    def __init__(self, conv_transpose2d: bool = False, devices: Optional[Tuple[str, ...]] = DEFAULT_DEVICES,
+                 chained: Optional[object] = None):
         self.conv_transpose2d = conv_transpose2d
+        self.devices = devices
         self.chained = chained
+
+    def options(self):
+        return dict(conv_transpose2d=self.conv_transpose2d, devices=self.devices)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.chained is not None:
             self.chained(graph)
-        counts = _fx_match.rewrite_graph(graph, standalone_conv=self.conv_transpose2d, split_normalize=True)
+        counts = _fx_match.rewrite_graph(graph, standalone_conv=self.conv_transpose2d, split_normalize=True,
+                                         devices=self.devices)
         for name, n in counts.items():
             _stats[name] += n
         if any(counts.values()):
@@ -60,10 +89,11 @@ class MyopsFusionPass(CustomGraphPass):
 
     def uuid(self):
         chained = getattr(self.chained, "uuid", lambda: None)() if self.chained is not None else None
-        return f"myops-{_source_hash()}-conv{int(self.conv_transpose2d)}-{chained}"
+        devices = "all" if self.devices is None else "+".join(self.devices)
+        return f"myops-{_source_hash()}-conv{int(self.conv_transpose2d)}-{devices}-{chained}"
 
 
-def enable(*, conv_transpose2d: bool = False) -> None:
+def enable(*, conv_transpose2d: bool = False, devices: Devices = DEFAULT_DEVICES) -> None:
     """Installs the rewrite into torch.compile's default (Inductor) pipeline. Idempotent; calling
     it again with other options replaces them. Like any Inductor setting it applies to
     compilations that happen afterwards: a function torch.compile already compiled keeps its
@@ -71,15 +101,18 @@ def enable(*, conv_transpose2d: bool = False) -> None:
 
     Args:
         conv_transpose2d: also route standalone transposed convolutions to myops.conv_transpose2d.
+        devices: device types whose chains are rewritten (default: CUDA only, where the fused
+            kernels are faster; see the module docstring); None: every device.
     """
+    types = _device_types(devices, "myops.compile.enable")
     current = inductor_config.pre_grad_custom_pass
     if isinstance(current, MyopsFusionPass):
-        if current.conv_transpose2d == conv_transpose2d:
+        if current.options() == dict(conv_transpose2d=conv_transpose2d, devices=types):
             return
         previous = current.chained
     else:
         previous = current
-    inductor_config.pre_grad_custom_pass = MyopsFusionPass(conv_transpose2d, chained=previous)
+    inductor_config.pre_grad_custom_pass = MyopsFusionPass(conv_transpose2d, types, chained=previous)
 
 
 def disable() -> None:
@@ -104,7 +137,7 @@ def enabled(**options):
         if not isinstance(was, MyopsFusionPass):
             disable()
         else:
-            enable(conv_transpose2d=was.conv_transpose2d)
+            enable(**was.options())
 
 
 def stats() -> Dict[str, int]:
@@ -118,10 +151,12 @@ def reset_stats() -> None:
         _stats[k] = 0
 
 
-def fuse(graph_module: torch.fx.GraphModule, *, conv_transpose2d: bool = False) -> int:
+def fuse(graph_module: torch.fx.GraphModule, *, conv_transpose2d: bool = False, devices: Devices = None) -> int:
     """Applies the rewrite to an FX GraphModule (e.g. ``torch.export.export(...).module()`` or its
-    ``graph_module``) in place and returns the number of replacements."""
-    counts = _fx_match.rewrite_graph(graph_module.graph, standalone_conv=conv_transpose2d)
+    ``graph_module``) in place and returns the number of replacements. An explicit request, so by
+    default on every device (``devices`` as in enable())."""
+    counts = _fx_match.rewrite_graph(graph_module.graph, standalone_conv=conv_transpose2d,
+                                     devices=_device_types(devices, "myops.compile.fuse"))
     graph_module.graph.lint()
     graph_module.recompile()
     for name, n in counts.items():

@@ -55,7 +55,7 @@ def compiled_matches_eager(model, x, tol=None, **compile_kw):
 def test_sequential_block_is_replaced(device):
     model = nn.Sequential(nn.ConvTranspose2d(4, 8, 3), nn.GELU(), nn.GroupNorm(4, 8)).to(device)
     x = torch.randn(2, 4, 9, 7, device=device)
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache(), torch.no_grad():
         compiled_matches_eager(model, x)
     assert mc.stats() == {FUSED: 1, BN_CHAIN: 0, "conv_transpose2d": 0}
@@ -78,7 +78,7 @@ def test_functional_calls_with_every_argument(case):
         y = F.conv_transpose2d(x, w, b, case["stride"], case["padding"], case["output_padding"], case["groups"], case["dilation"])
         return F.group_norm(F.gelu(y, approximate=case["approximate"]), 3 if c_out % 3 == 0 else 1, gw, gb, eps=1e-3)
 
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache():
         compiled_matches_eager(f, torch.randn(2, 4, 5, 6))
     assert mc.stats()[FUSED] == 1
@@ -96,7 +96,7 @@ class TwoChainsResidual(nn.Module):
 
 
 def test_several_chains_in_sequential_and_residual_blocks():
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache(), torch.no_grad():
         compiled_matches_eager(TwoChainsResidual(), torch.randn(2, 8, 6, 5))
     assert mc.stats()[FUSED] == 2
@@ -108,7 +108,7 @@ def test_normalise_fused_into_pointwise_consumer(device):
     # statistics, and Inductor generates the normalisation inside the add's kernel. The up chain
     # also feeds a convolution: the fused op, normalising in place.
     model, x = TwoChainsResidual().to(device), torch.randn(2, 8, 6, 5, device=device)
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache(), torch.no_grad():
         out, code = run_and_get_code(torch.compile(model, fullgraph=True), x)
     code = "\n".join(code)
@@ -146,7 +146,7 @@ class NormOverOtherTensor(Block):
 
 @pytest.mark.parametrize("model_cls", [ConvUsedTwice, GeluUsedTwice, ReluBetween, NormOverOtherTensor])
 def test_no_replacement_when_semantics_differ(model_cls):
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache(), torch.no_grad():
         compiled_matches_eager(model_cls(), torch.randn(2, 4, 5, 5))
     assert mc.stats()[FUSED] == 0
@@ -157,7 +157,7 @@ def test_training_gradients_equal_eager(device):
     torch.manual_seed(0)
     model = TwoChainsResidual().to(device)
     x = torch.randn(2, 8, 6, 5, device=device, requires_grad=True)
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache():
         compiled = torch.compile(model, fullgraph=True)
         out = compiled(x)
@@ -173,7 +173,7 @@ def test_training_gradients_equal_eager(device):
 
 def test_inference_mode_and_dynamic_batch():
     model = Block(4, 6, 3, 3)
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache(), torch.inference_mode():
         compiled = torch.compile(model, fullgraph=True, dynamic=True)
         for n in (2, 5):
@@ -185,7 +185,7 @@ def test_inference_mode_and_dynamic_batch():
 def test_bfloat16_channels_last():
     model = Block(4, 6, 3, 3).to(torch.bfloat16)
     x = torch.randn(2, 4, 8, 8, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache(), torch.no_grad():
         compiled_matches_eager(model, x, tol=5e-2)
     assert mc.stats()[FUSED] == 1
@@ -194,7 +194,7 @@ def test_bfloat16_channels_last():
 def test_standalone_conv_option():
     model = nn.Sequential(nn.ConvTranspose2d(4, 6, 3, stride=2), nn.ReLU())
     x = torch.randn(2, 4, 5, 5)
-    mc.enable(conv_transpose2d=True)
+    mc.enable(conv_transpose2d=True, devices=None)
     with no_cache(), torch.no_grad():
         compiled_matches_eager(model, x)
     assert mc.stats() == {FUSED: 0, BN_CHAIN: 0, "conv_transpose2d": 1}
@@ -209,27 +209,59 @@ def test_cache_never_mixes_graphs_with_and_without_the_pass(tmp_path, monkeypatc
     with torch._inductor.config.patch(fx_graph_cache=True), torch.no_grad():
         for round_ in range(2):
             for on in (True, False):
-                (mc.enable if on else mc.disable)()
+                mc.enable(devices=None) if on else mc.disable()
                 torch._dynamo.reset()
                 out, code = run_and_get_code(torch.compile(model, fullgraph=True), x)
                 assert ("myops" in "\n".join(code)) == on, (round_, on)
                 torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
     assert mc.MyopsFusionPass(False).uuid() != mc.MyopsFusionPass(True).uuid()
+    assert mc.MyopsFusionPass(devices=("cuda",)).uuid() != mc.MyopsFusionPass(devices=None).uuid()
 
 
 def test_enable_is_idempotent_context_manager_and_logs(caplog):
-    mc.enable()
+    mc.enable(devices=None)
     first = torch._inductor.config.pre_grad_custom_pass
-    mc.enable()
+    mc.enable(devices=None)
     assert torch._inductor.config.pre_grad_custom_pass is first
     mc.disable()
     assert not mc.is_enabled()
-    with mc.enabled():
+    with mc.enabled(devices=None):
         assert mc.is_enabled()
         with caplog.at_level(logging.INFO, logger="myops.compile"), no_cache(), torch.no_grad():
             torch.compile(Block())(torch.randn(1, 4, 3, 3))
     assert not mc.is_enabled()
     assert any("replaced" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_default_rewrites_cuda_chains_only(device):
+    # CPU chains stay with Inductor by default (our CPU kernels are slower than its oneDNN conv)
+    model = Block(4, 6, 3, 3).to(device)
+    x = torch.randn(2, 4, 5, 5, device=device)
+    mc.enable()
+    with no_cache(), torch.no_grad():
+        out, code = run_and_get_code(torch.compile(model, fullgraph=True), x)
+        tol = 5e-3 if device == "cuda" else 1e-4  # TF32 on CUDA, as in compiled_matches_eager
+        torch.testing.assert_close(out, model(x), atol=tol, rtol=tol)
+    replaced = device == "cuda"
+    assert mc.stats() == {FUSED: int(replaced), BN_CHAIN: 0, "conv_transpose2d": 0}
+    assert ("myops" in "\n".join(code)) == replaced
+
+
+def test_devices_option_is_checked_and_restored():
+    for bad in (3, [], ["gpu"], object()):
+        with pytest.raises(ValueError, match=r"myops.compile.enable: argument 'devices'"):
+            mc.enable(devices=bad)
+    assert not mc.is_enabled()
+    mc.enable(devices="cpu")
+    assert torch._inductor.config.pre_grad_custom_pass.devices == ("cpu",)
+    with mc.enabled(devices=[torch.device("cuda", 0), "cpu"]):
+        assert torch._inductor.config.pre_grad_custom_pass.devices == ("cpu", "cuda")
+    assert torch._inductor.config.pre_grad_custom_pass.devices == ("cpu",)
+    mc.disable()
+    with mc.enabled():
+        assert torch._inductor.config.pre_grad_custom_pass.devices == ("cuda",)
+    assert not mc.is_enabled()
 
 
 class TestRewrittenGraph(expecttest.TestCase):
@@ -273,7 +305,7 @@ def test_export_and_aot_inductor_package(tmp_path):
 def test_reduce_overhead_mode_on_cuda():
     model = Block(8, 8, 3, 4).cuda()
     x = torch.randn(2, 8, 16, 16, device="cuda")
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache(), torch.no_grad():
         compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
         for _ in range(3):
@@ -309,7 +341,7 @@ def test_bn_chain_training_steps_match_eager_with_buffers(device, affine, track)
     torch.manual_seed(0)
     model = BnBlock(affine=affine, track=track).to(device)
     ref = copy.deepcopy(model)
-    mc.enable()
+    mc.enable(devices=None)
     tol = 5e-3 if device == "cuda" else 1e-4
     with no_cache():
         compiled = torch.compile(model, fullgraph=True)
@@ -333,7 +365,7 @@ def test_bn_chain_eval_inference_and_functional_form(device):
     model.bn.running_mean.normal_()
     model.bn.running_var.uniform_(0.5, 2)
     x = torch.randn(2, 8, 7, 6, device=device)
-    mc.enable()
+    mc.enable(devices=None)
     tol = 5e-3 if device == "cuda" else 1e-4
     with no_cache(), torch.inference_mode():
         _close(torch.compile(model, fullgraph=True)(x), model(x), tol)
@@ -365,7 +397,7 @@ def test_bn_chain_negative_cases(variant):
                 return self.gn(self.pool(torch.tanh(self.bn(y)))).sum() + y.sum()
         model = Reuse().eval()
     x = torch.randn(2, 8, 7, 6)
-    mc.enable()
+    mc.enable(devices=None)
     with no_cache(), torch.no_grad():
         _close(torch.compile(model, fullgraph=True)(x), model(x), 1e-4)
     assert mc.stats()[BN_CHAIN] == 0
@@ -379,7 +411,7 @@ class TestRewrittenBatchNormChain(expecttest.TestCase):
 
         class Recorder(CustomGraphPass):
             def __init__(self):
-                self.inner, self.ops = mc.MyopsFusionPass(), []
+                self.inner, self.ops = mc.MyopsFusionPass(devices=None), []
 
             def __call__(self, graph):
                 self.inner(graph)
