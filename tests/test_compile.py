@@ -241,8 +241,8 @@ def test_default_rewrites_cuda_chains_only(device):
     mc.enable()
     with no_cache(), torch.no_grad():
         out, code = run_and_get_code(torch.compile(model, fullgraph=True), x)
-        tol = 5e-3 if device == "cuda" else 1e-4  # TF32 on CUDA, as in compiled_matches_eager
-        torch.testing.assert_close(out, model(x), atol=tol, rtol=tol)
+        ref, tol = model(x), 5e-3 if device == "cuda" else 1e-4  # as in compiled_matches_eager
+        torch.testing.assert_close(out, ref, atol=tol * max(1.0, ref.abs().max().item()), rtol=tol)
     replaced = device == "cuda"
     assert mc.stats() == {FUSED: int(replaced), BN_CHAIN: 0, "conv_transpose2d": 0}
     assert ("myops" in "\n".join(code)) == replaced
