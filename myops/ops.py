@@ -35,6 +35,15 @@ def _batched(input: Tensor, fn):
     return fn(input)
 
 
+def _check_group_values(op: str, n, channels, num_groups, spatial) -> None:
+    """As torch.nn.functional.group_norm (the ops follow aten.group_norm, which normalises it to
+    zero): a batch of one whose groups each hold one channel of one pixel is refused. spatial():
+    the pixels per channel, computed only for such a batch."""
+    if n == 1 and channels == num_groups and spatial() == 1:
+        raise ValueError(f"{op}: expected more than 1 value per group (as torch.nn.functional.group_norm), got a "
+                         f"batch of 1 with {channels} channels in {num_groups} groups and 1 pixel per channel")
+
+
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                      stride: IntOrPair = 1, padding: IntOrPair = 0, output_padding: IntOrPair = 0,
                      groups: int = 1, dilation: IntOrPair = 1) -> Tensor:
@@ -59,6 +68,9 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """Group normalisation over ``[N, C, *]``, same semantics as ``torch.nn.functional.group_norm``."""
+    if input.dim() >= 2:
+        _check_group_values("myops.group_norm", input.shape[0], input.shape[1], num_groups,
+                            lambda: input[0, 0].numel())
     return torch.ops.myops.group_norm(input, num_groups, weight, bias, eps)
 
 
@@ -73,11 +85,15 @@ def conv_transpose2d_gelu_group_norm(
     The first eight arguments are those of :func:`conv_transpose2d`, ``approximate`` that of
     :func:`gelu`, the rest those of :func:`group_norm` (``num_groups`` is required).
     """
+    op = "myops.conv_transpose2d_gelu_group_norm"
     if num_groups is None:
-        raise TypeError("myops.conv_transpose2d_gelu_group_norm: argument 'num_groups' is required")
+        raise TypeError(f"{op}: argument 'num_groups' is required")
+    conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
+    if input.dim() in (3, 4) and weight.dim() == 4:
+        _check_group_values(op, input.shape[0] if input.dim() == 4 else 1, weight.shape[1] * groups, num_groups,
+                            lambda: _conv_output_pixels(input, weight, conv_args))
     return _batched(input, lambda x: torch.ops.myops.conv_transpose2d_gelu_group_norm(
-        x, weight, bias, _pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation),
-        approximate, num_groups, gn_weight, gn_bias, eps))
+        x, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps))
 
 
 def conv_transpose2d_gelu_group_stats(
@@ -149,10 +165,14 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
     conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
     pool_args = (_pair(kernel_size), _pair(kernel_size if pool_stride is None else pool_stride), _pair(pool_padding),
                  _pair(pool_dilation))
-    count = _batch_count(input, weight, conv_args) if input.dim() == 4 and weight.dim() == 4 else None
+    shaped = input.dim() == 4 and weight.dim() == 4
+    count = input.shape[0] * _conv_output_pixels(input, weight, conv_args) if shaped else None
     if training and count == 1:  # as torch.nn.functional.batch_norm: one value has no batch variance
         raise ValueError(f"{op}: expected more than 1 value per channel when training, got a "
                          f"conv_transpose2d output of {count} value per channel")
+    if shaped:
+        _check_group_values(op, input.shape[0], weight.shape[1] * groups, num_groups,
+                            lambda: _pooled_pixels(op.removeprefix("myops."), input, weight, conv_args, pool_args))
     tensors = (input, weight, bias, running_mean, running_var, bn_weight, bn_bias, gn_weight, gn_bias)
     if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
         # No gradient: the one-call op, free to pick a cheaper intermediate than the conv output.
@@ -174,14 +194,23 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
     return y
 
 
-def _batch_count(input: Tensor, weight: Tensor, conv_args):
-    """N x OH x OW of the conv output: the values behind each channel's batch statistics."""
+def _conv_output_hw(input: Tensor, weight: Tensor, conv_args):
+    """OH, OW of the conv output (input [.., H, W], weight [.., kH, kW])."""
     stride, padding, output_padding, _, dilation = conv_args
-    count = input.shape[0]
-    for i in range(2):
-        count = count * _shapes.conv_transpose_out_size(input.shape[2 + i], weight.shape[2 + i], stride[i], padding[i],
-                                                        output_padding[i], dilation[i])
-    return count
+    return [_shapes.conv_transpose_out_size(input.shape[-2 + i], weight.shape[2 + i], stride[i], padding[i],
+                                            output_padding[i], dilation[i]) for i in range(2)]
+
+
+def _conv_output_pixels(input: Tensor, weight: Tensor, conv_args):
+    """OH x OW: with the batch size, the values behind each channel's batch statistics."""
+    oh, ow = _conv_output_hw(input, weight, conv_args)
+    return oh * ow
+
+
+def _pooled_pixels(op: str, input: Tensor, weight: Tensor, conv_args, pool_args):
+    """PH x PW of the max-pooled conv output (the pool arguments checked as the op checks them)."""
+    ph, pw = _shapes.max_pool2d_out_hw(op, *_conv_output_hw(input, weight, conv_args), *pool_args)
+    return ph * pw
 
 
 def update_running_stats(running_mean: Tensor, running_var: Tensor, mean: Tensor, var: Tensor,

@@ -2,6 +2,9 @@
 the fake (meta) path that torch.compile traces through."""
 import pytest
 import torch
+import torch.nn.functional as F
+
+import myops
 
 OPS = torch.ops.myops
 
@@ -145,3 +148,24 @@ def test_device_mismatch_is_reported():
         OPS.group_norm(t(2, 6, 3), 3, t(6, device="meta"), None, 1e-5)
     with pytest.raises(RuntimeError, match=r"myops::conv_transpose2d_gelu_group_norm: argument 'gn_weight' is on meta"):
         fused(gn_weight=t(3, device="meta"))
+
+
+def test_python_api_refuses_single_value_groups_like_functional_group_norm():
+    # torch.nn.functional.group_norm refuses a batch of 1 with one channel of one pixel per group
+    # (aten.group_norm, which the ops follow, returns zeros there); the Python API mirrors F
+    x = t(1, 4, 1, 1)
+    with pytest.raises(ValueError, match="Expected more than 1 value"):
+        F.group_norm(x, 4)
+    with pytest.raises(ValueError, match=r"myops.group_norm: expected more than 1 value per group"):
+        myops.group_norm(x, 4)
+    assert OPS.group_norm(x, 4, None, None, 1e-5).abs().max() == 0  # the op: aten's semantics
+    assert myops.group_norm(t(2, 4, 1, 1), 4).shape == (2, 4, 1, 1)  # two values per group: fine
+    assert myops.group_norm(t(1, 4, 1, 1), 2).shape == (1, 4, 1, 1)
+    w = t(3, 2, 1, 1)  # a 1 x 1 output of 2 channels
+    for x in (t(1, 3, 1, 1), t(3, 1, 1)):
+        with pytest.raises(ValueError, match=r"myops.conv_transpose2d_gelu_group_norm: expected more than 1 value"):
+            myops.conv_transpose2d_gelu_group_norm(x, w, num_groups=2)
+    with pytest.raises(ValueError, match=r"myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm: expected "
+                                         r"more than 1 value per group"):
+        myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(t(1, 3, 2, 2), w, training=True, kernel_size=2,
+                                                                     num_groups=2)
