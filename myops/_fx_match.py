@@ -7,7 +7,8 @@ aten.convolution(transposed=True), aten.gelu, aten.group_norm / aten.native_grou
 scalar of a match is read from the matched nodes and checked; nothing is a wildcard.
 """
 import operator
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +54,20 @@ _POINTWISE_FUNCTIONS = {operator.add, operator.sub, operator.mul, operator.iadd,
 _POINTWISE_METHODS = {"add", "sub", "mul", "add_", "sub_", "mul_"}
 
 
+@dataclass
+class Candidate:
+    """A matched chain, for a caller that decides whether it is rewritten (myops.compile's measured
+    selection): its tensor arguments (graph nodes; None where absent) and two callables taking real
+    tensors in that order: the replacement, and the chain as eager PyTorch runs it."""
+    pattern: str
+    tensors: List[Optional[fx.Node]]
+    fused: Callable[..., Any]
+    reference: Callable[..., Any]
+
+
+Accept = Optional[Callable[[Candidate], bool]]
+
+
 def _bind(node: fx.Node, signatures) -> Optional[Dict[str, Any]]:
     """The call's arguments by name (defaults filled in), or None if node is no such call."""
     if node.op != "call_function" or node.target not in signatures:
@@ -71,6 +86,9 @@ def _meta(node) -> Optional[torch.Tensor]:
         return None
     val = node.meta.get("val", node.meta.get("example_value"))
     return val if isinstance(val, torch.Tensor) else None
+
+
+tensor_meta = _meta  # a tensor node's example value (a fake tensor), else None
 
 
 def _pair(v) -> Optional[List[Any]]:
@@ -153,7 +171,27 @@ def _replace(graph: fx.Graph, out_node: fx.Node, chain: List[fx.Node], target, a
             graph.erase_node(dead)
 
 
-def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]]) -> int:
+def _batch_norm_candidate(conv, bn, gn, kwargs) -> Candidate:
+    conv_scalars = conv[3:]
+    kernel, stride, padding, dilation = (kwargs[k] for k in ("kernel_size", "pool_stride", "pool_padding",
+                                                           "pool_dilation"))
+    names = ("running_mean", "running_var", "bn_weight", "bn_bias", "gn_weight", "gn_bias")
+
+    def fused(x, w, b, *rest):
+        return fused_api(x, w, b, *conv_scalars, **{**kwargs, **dict(zip(names, rest))})
+
+    def reference(x, w, b, rm, rv, bw, bb, gw, gb):
+        y = F.batch_norm(F.conv_transpose2d(x, w, b, *conv_scalars), rm, rv, bw, bb, kwargs["training"],
+                         kwargs["momentum"], kwargs["bn_eps"])
+        y = F.max_pool2d(torch.tanh(y), kernel, stride, padding, dilation)
+        return F.group_norm(y, kwargs["num_groups"], gw, gb, kwargs["gn_eps"])
+
+    tensors = [conv[0], conv[1], conv[2], bn["running_mean"], bn["running_var"], bn["weight"], bn["bias"],
+               gn["weight"], gn["bias"]]
+    return Candidate("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", tensors, fused, reference)
+
+
+def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], accept: Accept = None) -> int:
     """conv_transpose2d -> F.batch_norm -> tanh -> F.max_pool2d -> group_norm, in training or eval
     mode: replaced by one call of the Python API, which runs the two ops and updates the running
     buffers in place as F.batch_norm does (AOTAutograd records that as a buffer mutation)."""
@@ -199,6 +237,8 @@ def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...
                       bn_eps=float(bn["eps"]), kernel_size=kernel, pool_stride=stride, pool_padding=padding,
                       pool_dilation=dilation, num_groups=gn["num_groups"], gn_weight=gn["weight"],
                       gn_bias=gn["bias"], gn_eps=float(gn["eps"]))
+        if accept is not None and not accept(_batch_norm_candidate(conv, bn, gn, kwargs)):
+            continue
         _replace(graph, out_node, [node, pool_node, tanh_node, bn_node, conv_node], fused_api, conv, kwargs)
         count += 1
     return count
@@ -213,7 +253,30 @@ def _feeds_only_pointwise(node: fx.Node) -> bool:
     return bool(node.users) and all(pointwise(u) for u in node.users)
 
 
-def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Optional[Tuple[str, ...]]) -> int:
+def _gelu_candidate(conv, approximate, num_groups, gn) -> Candidate:
+    conv_scalars, eps = conv[3:], float(gn["eps"])
+
+    def fused(x, w, b, gw, gb):
+        return torch.ops.myops.conv_transpose2d_gelu_group_norm.default(x, w, b, *conv_scalars, approximate, num_groups,
+                                                                        gw, gb, eps)
+
+    def reference(x, w, b, gw, gb):
+        y = F.gelu(F.conv_transpose2d(x, w, b, *conv_scalars), approximate=approximate)
+        return F.group_norm(y, num_groups, gw, gb, eps)
+
+    return Candidate("conv_transpose2d_gelu_group_norm", [conv[0], conv[1], conv[2], gn["weight"], gn["bias"]],
+                     fused, reference)
+
+
+def _conv_candidate(conv) -> Candidate:
+    conv_scalars = conv[3:]
+    return Candidate("conv_transpose2d", conv[:3],
+                     lambda x, w, b: torch.ops.myops.conv_transpose2d.default(x, w, b, *conv_scalars),
+                     lambda x, w, b: F.conv_transpose2d(x, w, b, *conv_scalars))
+
+
+def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Optional[Tuple[str, ...]],
+                         accept: Accept = None) -> int:
     """conv_transpose2d -> gelu -> group_norm: replaced by the fused op; with split_normalize,
     where the group_norm only feeds pointwise arithmetic, by the op that stops at the statistics
     plus group_norm_with_stats in torch ops, which Inductor fuses into those consumers (one pass
@@ -230,6 +293,8 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
             continue
         if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):
             continue
+        if accept is not None and not accept(_gelu_candidate(conv, gelu["approximate"], gn["num_groups"], gn)):
+            continue
         chain = [node, gelu_node, conv_node]
         if split_normalize and _feeds_only_pointwise(out_node):
             with graph.inserting_before(out_node):
@@ -245,18 +310,19 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
 
 
 def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False, split_normalize: bool = False,
-                  devices: Optional[Tuple[str, ...]] = None) -> Dict[str, int]:
+                  devices: Optional[Tuple[str, ...]] = None, accept: Accept = None) -> Dict[str, int]:
     """Rewrites the chains in place; returns {pattern name: replacements}. split_normalize: see
     _rewrite_gelu_chains (torch.compile's pass sets it: Inductor then generates the consumers).
-    devices: the device types (e.g. ("cuda",)) whose chains are rewritten; None: every device."""
+    devices: the device types (e.g. ("cuda",)) whose chains are rewritten; None: every device.
+    accept: called with each matched chain's Candidate; a chain is rewritten where it returns True."""
     counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
               "conv_transpose2d": 0}
-    counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph, devices)
-    counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph, split_normalize, devices)
+    counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph, devices, accept)
+    counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph, split_normalize, devices, accept)
     if standalone_conv:
         for node in list(graph.nodes):
             conv = _conv_args(node, devices)
-            if conv is None:
+            if conv is None or (accept is not None and not accept(_conv_candidate(conv))):
                 continue
             _replace(graph, node, [], torch.ops.myops.conv_transpose2d.default, conv)
             counts["conv_transpose2d"] += 1

@@ -18,6 +18,12 @@ Which devices: by default the pass rewrites chains on CUDA tensors only. The CPU
 reference implementations (at::mm + col2im), 2-3x slower than the oneDNN convolution Inductor calls
 on the CPU, so a CPU model compiled with the rewrite would run slower (the demos measured 0.48-0.53x
 of plain torch.compile on a 2-core CPU). ``enable(devices=None)`` rewrites on every device.
+
+Measured selection (``enable(measure=True)``): each matched chain is timed at compile time, on
+the graph's shapes and device with random inputs, as the fused op and as the chain in eager
+PyTorch, and rewritten only where the fused op is faster. Eager PyTorch is never faster than
+Inductor on such a chain, so this declines only chains the fused op would slow down (it may keep
+some that Inductor's own code would run faster). Graphs with dynamic shapes are not measured.
 """
 import contextlib
 import functools
@@ -30,6 +36,7 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from . import _fx_match, ops
+from ._timing import median_ms
 
 log = logging.getLogger("myops.compile")
 
@@ -65,23 +72,65 @@ def _device_types(devices: Devices, op: str) -> Optional[Tuple[str, ...]]:
                          f"got {devices!r}") from e
 
 
+def _random_like(meta: torch.Tensor) -> torch.Tensor:
+    """A real tensor with the example value's sizes, strides, dtype and device; values in [0.5, 1.5)
+    (valid for every argument, running variances included)."""
+    return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=meta.device).uniform_(0.5, 1.5)
+
+
+def _chain_times(candidate: _fx_match.Candidate, tensors, device: str) -> Tuple[float, float]:
+    """Median ms of the fused op and of the chain in eager PyTorch on the same tensors."""
+    return (median_ms(lambda: candidate.fused(*tensors), device, warmup=2, reps=5),
+            median_ms(lambda: candidate.reference(*tensors), device, warmup=2, reps=5))
+
+
+def _faster_than_eager(candidate: _fx_match.Candidate) -> bool:
+    """Measured selection: whether the fused op beats the chain in eager PyTorch on the graph's
+    shapes. Chains that cannot be measured (dynamic shapes, devices other than CPU / CUDA, a
+    failure such as running out of memory) are rewritten, as without measurement."""
+    metas = [None if n is None else _fx_match.tensor_meta(n) for n in candidate.tensors]
+    present = [m for m in metas if m is not None]
+    if len(present) != sum(n is not None for n in candidate.tensors):
+        return True
+    static = all(isinstance(v, int) for m in present for v in (*m.shape, *m.stride()))
+    device = present[0].device.type
+    if not static or device not in ("cpu", "cuda"):
+        log.info("myops.compile: %s not measured (%s)", candidate.pattern,
+                 "dynamic shapes" if not static else f"device {device}")
+        return True
+    try:
+        # the pass runs while Inductor's fake-tensor mode may be active: real tensors, real kernels
+        with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.no_grad():
+            tensors = [None if m is None else _random_like(m) for m in metas]
+            fused_ms, eager_ms = _chain_times(candidate, tensors, device)
+    except Exception as e:  # noqa: BLE001 - a failed measurement leaves the default decision
+        log.warning("myops.compile: %s could not be measured (%s: %s); rewritten", candidate.pattern,
+                    type(e).__name__, e)
+        return True
+    keep = fused_ms <= eager_ms
+    log.info("myops.compile: %s %s (fused %.3f ms, eager PyTorch %.3f ms, %s)", candidate.pattern,
+             "rewritten" if keep else "left to Inductor", fused_ms, eager_ms, list(present[0].shape))
+    return keep
+
+
 class MyopsFusionPass(CustomGraphPass):
     """The rewrite as an Inductor pre-grad pass (optionally chained after a pass that was set)."""
 
     def __init__(self, conv_transpose2d: bool = False, devices: Optional[Tuple[str, ...]] = DEFAULT_DEVICES,
-                 chained: Optional[object] = None):
+                 chained: Optional[object] = None, measure: bool = False):
         self.conv_transpose2d = conv_transpose2d
         self.devices = devices
+        self.measure = measure
         self.chained = chained
 
     def options(self):
-        return dict(conv_transpose2d=self.conv_transpose2d, devices=self.devices)
+        return dict(conv_transpose2d=self.conv_transpose2d, devices=self.devices, measure=self.measure)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.chained is not None:
             self.chained(graph)
         counts = _fx_match.rewrite_graph(graph, standalone_conv=self.conv_transpose2d, split_normalize=True,
-                                         devices=self.devices)
+                                         devices=self.devices, accept=_faster_than_eager if self.measure else None)
         for name, n in counts.items():
             _stats[name] += n
         if any(counts.values()):
@@ -90,10 +139,10 @@ class MyopsFusionPass(CustomGraphPass):
     def uuid(self):
         chained = getattr(self.chained, "uuid", lambda: None)() if self.chained is not None else None
         devices = "all" if self.devices is None else "+".join(self.devices)
-        return f"myops-{_source_hash()}-conv{int(self.conv_transpose2d)}-{devices}-{chained}"
+        return f"myops-{_source_hash()}-conv{int(self.conv_transpose2d)}-{devices}-measure{int(self.measure)}-{chained}"
 
 
-def enable(*, conv_transpose2d: bool = False, devices: Devices = DEFAULT_DEVICES) -> None:
+def enable(*, conv_transpose2d: bool = False, devices: Devices = DEFAULT_DEVICES, measure: bool = False) -> None:
     """Installs the rewrite into torch.compile's default (Inductor) pipeline. Idempotent; calling
     it again with other options replaces them. Like any Inductor setting it applies to
     compilations that happen afterwards: a function torch.compile already compiled keeps its
@@ -103,16 +152,20 @@ def enable(*, conv_transpose2d: bool = False, devices: Devices = DEFAULT_DEVICES
         conv_transpose2d: also route standalone transposed convolutions to myops.conv_transpose2d.
         devices: device types whose chains are rewritten (default: CUDA only, where the fused
             kernels are faster; see the module docstring); None: every device.
+        measure: rewrite a chain only where the fused op, timed at compile time on the graph's
+            shapes, beats the chain in eager PyTorch (see the module docstring).
     """
+    if not isinstance(measure, bool):
+        raise ValueError(f"myops.compile.enable: argument 'measure' must be a bool, got {measure!r}")
     types = _device_types(devices, "myops.compile.enable")
     current = inductor_config.pre_grad_custom_pass
     if isinstance(current, MyopsFusionPass):
-        if current.options() == dict(conv_transpose2d=conv_transpose2d, devices=types):
+        if current.options() == dict(conv_transpose2d=conv_transpose2d, devices=types, measure=measure):
             return
         previous = current.chained
     else:
         previous = current
-    inductor_config.pre_grad_custom_pass = MyopsFusionPass(conv_transpose2d, types, chained=previous)
+    inductor_config.pre_grad_custom_pass = MyopsFusionPass(conv_transpose2d, types, chained=previous, measure=measure)
 
 
 def disable() -> None:

@@ -429,3 +429,60 @@ class TestRewrittenBatchNormChain(expecttest.TestCase):
 add_
 conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm""")
         self.assertEqual(out.shape, (2, 16, 4, 4))
+
+
+MEASURED_MODELS = {
+    "gelu chain": (lambda: Block(4, 6, 3, 3, stride=2, padding=1), FUSED, {}),
+    "bn chain, train": (lambda: BnBlock(), BN_CHAIN, {}),
+    "bn chain, eval": (lambda: BnBlock().eval(), BN_CHAIN, {}),
+    "standalone conv": (lambda: nn.Sequential(nn.ConvTranspose2d(4, 6, 3, stride=2), nn.ReLU()), "conv_transpose2d",
+                        dict(conv_transpose2d=True)),
+}
+
+
+@pytest.mark.parametrize("fused_faster", [True, False])
+@pytest.mark.parametrize("case", list(MEASURED_MODELS))
+def test_measured_selection_follows_the_timings(case, fused_faster, monkeypatch):
+    # The timings are given (the real ones would make the test depend on the machine), but both
+    # callables of each candidate run on the random inputs the pass made from the graph's example
+    # values, and must agree: the replacement and the chain as eager PyTorch runs it.
+    make, pattern, options = MEASURED_MODELS[case]
+    model = make()
+    x = torch.randn(2, 4 if pattern != BN_CHAIN else 8, 7, 6)
+    seen = []
+
+    def fake_times(candidate, tensors, device):
+        assert device == "cpu" and candidate.pattern == pattern
+        assert all(t is None or (isinstance(t, torch.Tensor) and not isinstance(t, torch._subclasses.FakeTensor))
+                   for t in tensors)
+        _close(candidate.fused(*tensors), candidate.reference(*tensors), 1e-4)
+        seen.append(candidate.pattern)
+        return (1.0, 2.0) if fused_faster else (2.0, 1.0)
+
+    monkeypatch.setattr(mc, "_chain_times", fake_times)
+    mc.enable(devices=None, measure=True, **options)
+    with no_cache(), torch.no_grad():
+        compiled_matches_eager(model, x)
+    assert seen == [pattern]
+    assert mc.stats()[pattern] == int(fused_faster)
+
+
+def test_measured_selection_times_for_real_and_logs(caplog):
+    model = Block(4, 6, 3, 3)
+    mc.enable(devices=None, measure=True)
+    with caplog.at_level(logging.INFO, logger="myops.compile"), no_cache(), torch.no_grad():
+        compiled_matches_eager(model, torch.randn(2, 4, 9, 9))
+    decisions = [r.getMessage() for r in caplog.records if "fused" in r.getMessage()]
+    assert len(decisions) == 1 and "eager PyTorch" in decisions[0], decisions
+    assert mc.stats()[FUSED] == int("rewritten" in decisions[0])
+
+
+def test_measured_selection_skips_dynamic_shapes(caplog, monkeypatch):
+    monkeypatch.setattr(mc, "_chain_times", lambda *a: pytest.fail("dynamic shapes must not be measured"))
+    mc.enable(devices=None, measure=True)
+    with caplog.at_level(logging.INFO, logger="myops.compile"), no_cache(), torch.no_grad():
+        compiled_matches_eager(Block(4, 6, 3, 3), torch.randn(2, 4, 9, 9), dynamic=True)
+    assert any("not measured (dynamic shapes)" in r.getMessage() for r in caplog.records)
+    assert mc.stats()[FUSED] == 1
+    with pytest.raises(ValueError, match=r"myops.compile.enable: argument 'measure' must be a bool"):
+        mc.enable(measure="yes")
