@@ -17,10 +17,12 @@ def parse_args(description):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--reps", type=int, default=None)
+    p.add_argument("--measure", action="store_true",
+                   help="myops.compile.enable(measure=True): rewrite only chains timed faster than eager")
     return p.parse_args()
 
 
-def compare(model, x, device, reps=None, extra_rows=()):
+def compare(model, x, device, reps=None, extra_rows=(), measure=False):
     """Prints replacements, max |err| against a float64 eager reference, and median timings."""
     reps = reps or (30 if device == "cuda" else 5)
     with torch.no_grad():
@@ -33,7 +35,7 @@ def compare(model, x, device, reps=None, extra_rows=()):
         rows.append(("torch.compile (Inductor)", lambda: plain(x)))
         results = {}
 
-        def measure(name, fn):
+        def time_row(name, fn):
             err = (fn().double() - ref).abs().max().item()
             results[name] = median_ms(fn, device, warmup=3, reps=reps)
             print(f"{name:52s} max |err| vs float64 {err:.2e}   median {results[name]:9.3f} ms")
@@ -47,7 +49,7 @@ def compare(model, x, device, reps=None, extra_rows=()):
                 print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
 
         for name, fn in rows:
-            measure(name, fn)
+            time_row(name, fn)
         # Dynamo caches compiled code per function: start afresh so that the model recompiles
         # with the rewrite installed
         torch._dynamo.reset()
@@ -55,7 +57,7 @@ def compare(model, x, device, reps=None, extra_rows=()):
         if device == "cpu":
             print("note: myops.compile.enable() leaves CPU chains to Inductor by default (the CPU kernels are "
                   "slower than its oneDNN conv); this demo passes devices=('cpu',) to show the rewrite")
-        mc.enable(devices=(device,))
+        mc.enable(devices=(device,), measure=measure)
         fused = torch.compile(model)
         # compile for real (no cache hit), so that stats() counts this compilation's rewrites
         with torch._inductor.config.patch(fx_graph_cache=False), \
@@ -63,7 +65,7 @@ def compare(model, x, device, reps=None, extra_rows=()):
             fused(x)
         replaced = mc.stats()
         print(f"myops replacements: {replaced}")
-        measure("torch.compile + myops", lambda: fused(x))
+        time_row("torch.compile + myops", lambda: fused(x))
         mc.disable()
         speedup = results["torch.compile (Inductor)"] / results["torch.compile + myops"]
         print(f"torch.compile + myops vs plain torch.compile: {speedup:.2f}x")

@@ -21,9 +21,10 @@ of plain torch.compile on a 2-core CPU). ``enable(devices=None)`` rewrites on ev
 
 Measured selection (``enable(measure=True)``): each matched chain is timed at compile time, on
 the graph's shapes and device with random inputs, as the fused op and as the chain in eager
-PyTorch, and rewritten only where the fused op is faster. Eager PyTorch is never faster than
-Inductor on such a chain, so this declines only chains the fused op would slow down (it may keep
-some that Inductor's own code would run faster). Graphs with dynamic shapes are not measured.
+PyTorch, and rewritten only where the fused op is faster. Inductor runs such a chain with the
+same convolution as eager and fuses its other passes, so it is normally at least as fast as
+eager: this declines chains the fused op would slow down (and may keep some that Inductor's own
+code would run faster). Graphs with dynamic shapes are not measured.
 """
 import contextlib
 import functools
