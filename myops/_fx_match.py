@@ -254,6 +254,8 @@ def _feeds_only_pointwise(node: fx.Node) -> bool:
 
 
 def _gelu_candidate(conv, approximate, num_groups, gn) -> Candidate:
+    # (where the pass emits the statistics op and leaves the normalisation to Inductor, the fused
+    # op stands for that pair: the same kernels, with the normalise pass of its own)
     conv_scalars, eps = conv[3:], float(gn["eps"])
 
     def fused(x, w, b, gw, gb):
