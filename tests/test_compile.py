@@ -258,6 +258,12 @@ def test_devices_option_is_checked_and_restored():
     with mc.enabled(devices=[torch.device("cuda", 0), "cpu"]):
         assert torch._inductor.config.pre_grad_custom_pass.devices == ("cpu", "cuda")
     assert torch._inductor.config.pre_grad_custom_pass.devices == ("cpu",)
+    first = torch._inductor.config.pre_grad_custom_pass
+    mc.enable(devices=["cpu"])  # the same options: idempotent
+    assert torch._inductor.config.pre_grad_custom_pass is first
+    mc.enable(devices="cpu", measure=True)  # other options: a new pass
+    assert torch._inductor.config.pre_grad_custom_pass.options() == dict(conv_transpose2d=False, devices=("cpu",),
+                                                                         measure=True)
     mc.disable()
     with mc.enabled():
         assert torch._inductor.config.pre_grad_custom_pass.devices == ("cuda",)
@@ -269,7 +275,8 @@ class TestRewrittenGraph(expecttest.TestCase):
         model = TwoChainsResidual().eval()
         ep = torch.export.export(model, (torch.randn(2, 8, 6, 5),))
         gm = ep.module()
-        self.assertEqual(mc.fuse(gm), 2)
+        self.assertEqual(mc.fuse(gm, devices="cuda"), 0)  # a CPU graph: nothing for CUDA only
+        self.assertEqual(mc.fuse(gm), 2)  # fuse(): every device by default
         ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
         self.assertExpectedInline("\n".join(ops), """\
 myops.conv_transpose2d_gelu_group_norm.default
