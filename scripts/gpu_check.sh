@@ -34,6 +34,9 @@ step memcheck_mma env MYOPS_DISABLE_WGMMA=1 compute-sanitizer --tool memcheck --
 step demo_seed_block python3 compile_demos/seed_block.py
 step demo_vae_up_block python3 compile_demos/vae_up_block.py
 step demo_dcgan_generator python3 compile_demos/dcgan_generator.py
+# the compile pass's measured selection (enable(measure=True)): the same demos, chains timed at compile time
+step demo_vae_up_block_measured python3 compile_demos/vae_up_block.py --measure
+step demo_dcgan_generator_measured python3 compile_demos/dcgan_generator.py --measure
 if [ "${SKIP_BENCH:-0}" != 1 ]; then step bench python3 -m myops.bench --json "$OUT/bench.json" "$@"; cat "$OUT/bench.log" | grep '^|'; fi
 tail -n 25 "$OUT/pytest.log"
 printf '\n| step | result | time | last line |\n|---|---|---|---|\n'; printf '%s\n' "${summary[@]}"
