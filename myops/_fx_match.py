@@ -63,9 +63,19 @@ class Candidate:
     tensors: List[Optional[fx.Node]]
     fused: Callable[..., Any]
     reference: Callable[..., Any]
+    scalars: Tuple[Any, ...] = ()  # every non-tensor argument: with the tensors' metadata, a cache key
 
 
 Accept = Optional[Callable[[Candidate], bool]]
+
+
+def _hashable(v):
+    """Lists and dicts of scalars as nested tuples."""
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    return v
 
 
 def _bind(node: fx.Node, signatures) -> Optional[Dict[str, Any]]:
@@ -188,7 +198,8 @@ def _batch_norm_candidate(conv, bn, gn, kwargs) -> Candidate:
 
     tensors = [conv[0], conv[1], conv[2], bn["running_mean"], bn["running_var"], bn["weight"], bn["bias"],
                gn["weight"], gn["bias"]]
-    return Candidate("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", tensors, fused, reference)
+    scalars = (_hashable(conv_scalars), _hashable({k: v for k, v in kwargs.items() if k not in names}))
+    return Candidate("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", tensors, fused, reference, scalars)
 
 
 def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], accept: Accept = None) -> int:
@@ -267,14 +278,14 @@ def _gelu_candidate(conv, approximate, num_groups, gn) -> Candidate:
         return F.group_norm(y, num_groups, gw, gb, eps)
 
     return Candidate("conv_transpose2d_gelu_group_norm", [conv[0], conv[1], conv[2], gn["weight"], gn["bias"]],
-                     fused, reference)
+                     fused, reference, _hashable((conv_scalars, approximate, num_groups, eps)))
 
 
 def _conv_candidate(conv) -> Candidate:
     conv_scalars = conv[3:]
     return Candidate("conv_transpose2d", conv[:3],
                      lambda x, w, b: torch.ops.myops.conv_transpose2d.default(x, w, b, *conv_scalars),
-                     lambda x, w, b: F.conv_transpose2d(x, w, b, *conv_scalars))
+                     lambda x, w, b: F.conv_transpose2d(x, w, b, *conv_scalars), _hashable(conv_scalars))
 
 
 def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Optional[Tuple[str, ...]],

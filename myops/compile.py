@@ -85,6 +85,11 @@ def _chain_times(candidate: _fx_match.Candidate, tensors, device: str) -> Tuple[
             median_ms(lambda: candidate.reference(*tensors), device, warmup=2, reps=5))
 
 
+# measured decisions of this process, by chain: pattern, scalars, each tensor's sizes / strides /
+# dtype / device (a recompilation, e.g. after torch._dynamo.reset(), does not time them again)
+_decisions: Dict[tuple, bool] = {}
+
+
 def _faster_than_eager(candidate: _fx_match.Candidate) -> bool:
     """Measured selection: whether the fused op beats the chain in eager PyTorch on the graph's
     shapes. Chains that cannot be measured (dynamic shapes, devices other than CPU / CUDA, a
@@ -99,6 +104,20 @@ def _faster_than_eager(candidate: _fx_match.Candidate) -> bool:
         log.info("myops.compile: %s not measured (%s)", candidate.pattern,
                  "dynamic shapes" if not static else f"device {device}")
         return True
+    key = (candidate.pattern, candidate.scalars,
+           tuple(None if m is None else (tuple(m.shape), m.stride(), m.dtype, str(m.device)) for m in metas))
+    if key in _decisions:
+        log.info("myops.compile: %s %s (measured earlier in this process)", candidate.pattern,
+                 "rewritten" if _decisions[key] else "left to Inductor")
+        return _decisions[key]
+    keep = _measure(candidate, metas, present, device)
+    if keep is None:  # not measured (not remembered: the failure may be transient)
+        return True
+    _decisions[key] = keep
+    return keep
+
+
+def _measure(candidate: _fx_match.Candidate, metas, present, device: str) -> Optional[bool]:
     try:
         # the pass runs while Inductor's fake-tensor mode may be active: real tensors, real kernels
         with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.no_grad():
@@ -107,7 +126,7 @@ def _faster_than_eager(candidate: _fx_match.Candidate) -> bool:
     except Exception as e:  # noqa: BLE001 - a failed measurement leaves the default decision
         log.warning("myops.compile: %s could not be measured (%s: %s); rewritten", candidate.pattern,
                     type(e).__name__, e)
-        return True
+        return None
     keep = fused_ms <= eager_ms
     log.info("myops.compile: %s %s (fused %.3f ms, eager PyTorch %.3f ms, %s)", candidate.pattern,
              "rewritten" if keep else "left to Inductor", fused_ms, eager_ms, list(present[0].shape))

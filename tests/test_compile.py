@@ -21,6 +21,7 @@ BN_CHAIN = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
 def _fresh_state():
     mc.disable()
     mc.reset_stats()
+    mc._decisions.clear()  # measured selection's per-process memory
     torch._dynamo.reset()
     yield
     mc.disable()
@@ -474,14 +475,19 @@ def test_measured_selection_follows_the_timings(case, fused_faster, monkeypatch)
     assert mc.stats()[pattern] == int(fused_faster)
 
 
-def test_measured_selection_times_for_real_and_logs(caplog):
+def test_measured_selection_times_for_real_logs_and_remembers(caplog):
     model = Block(4, 6, 3, 3)
     mc.enable(devices=None, measure=True)
     with caplog.at_level(logging.INFO, logger="myops.compile"), no_cache(), torch.no_grad():
         compiled_matches_eager(model, torch.randn(2, 4, 9, 9))
-    decisions = [r.getMessage() for r in caplog.records if "fused" in r.getMessage()]
-    assert len(decisions) == 1 and "eager PyTorch" in decisions[0], decisions
-    assert mc.stats()[FUSED] == int("rewritten" in decisions[0])
+        decisions = [r.getMessage() for r in caplog.records if "myops.compile: conv" in r.getMessage()]
+        assert len(decisions) == 1 and "eager PyTorch" in decisions[0], decisions
+        assert mc.stats()[FUSED] == int("rewritten" in decisions[0])
+        torch._dynamo.reset()  # the same chain compiled again: the decision is not timed again
+        compiled_matches_eager(model, torch.randn(2, 4, 9, 9))
+    again = [r.getMessage() for r in caplog.records if "myops.compile: conv" in r.getMessage()][1:]
+    assert len(again) == 1 and "measured earlier in this process" in again[0], again
+    assert mc.stats()[FUSED] == 2 * int("rewritten" in decisions[0])
 
 
 def test_measured_selection_skips_dynamic_shapes(caplog, monkeypatch):
