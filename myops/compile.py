@@ -36,8 +36,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from . import _fx_match, ops
-from ._timing import median_ms
+from . import _fx_match, _measure, ops
 
 log = logging.getLogger("myops.compile")
 
@@ -49,7 +48,8 @@ _stats: Dict[str, int] = {"conv_transpose2d_gelu_group_norm": 0,
 def _source_hash() -> str:
     """Hash of the rewrite's source (read once: uuid() is called on every compilation)."""
     h = hashlib.sha256()
-    for path in (_fx_match.__file__, ops.__file__, __file__):  # ops: the second chain's replacement
+    # ops: the second chain's replacement; _measure: the measured selection's decisions
+    for path in (_fx_match.__file__, _measure.__file__, ops.__file__, __file__):
         with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()
@@ -73,66 +73,6 @@ def _device_types(devices: Devices, op: str) -> Optional[Tuple[str, ...]]:
                          f"got {devices!r}") from e
 
 
-def _random_like(meta: torch.Tensor) -> torch.Tensor:
-    """A real tensor with the example value's sizes, strides, dtype and device; values in [0.5, 1.5)
-    (valid for every argument, running variances included)."""
-    return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=meta.device).uniform_(0.5, 1.5)
-
-
-def _chain_times(candidate: _fx_match.Candidate, tensors, device: str) -> Tuple[float, float]:
-    """Median ms of the fused op and of the chain in eager PyTorch on the same tensors."""
-    return (median_ms(lambda: candidate.fused(*tensors), device, warmup=2, reps=5),
-            median_ms(lambda: candidate.reference(*tensors), device, warmup=2, reps=5))
-
-
-# measured decisions of this process, by chain: pattern, scalars, each tensor's sizes / strides /
-# dtype / device (a recompilation, e.g. after torch._dynamo.reset(), does not time them again)
-_decisions: Dict[tuple, bool] = {}
-
-
-def _faster_than_eager(candidate: _fx_match.Candidate) -> bool:
-    """Measured selection: whether the fused op beats the chain in eager PyTorch on the graph's
-    shapes. Chains that cannot be measured (dynamic shapes, devices other than CPU / CUDA, a
-    failure such as running out of memory) are rewritten, as without measurement."""
-    metas = [None if n is None else _fx_match.tensor_meta(n) for n in candidate.tensors]
-    present = [m for m in metas if m is not None]
-    if len(present) != sum(n is not None for n in candidate.tensors):
-        return True
-    static = all(isinstance(v, int) for m in present for v in (*m.shape, *m.stride()))
-    device = present[0].device.type
-    if not static or device not in ("cpu", "cuda"):
-        log.info("myops.compile: %s not measured (%s)", candidate.pattern,
-                 "dynamic shapes" if not static else f"device {device}")
-        return True
-    key = (candidate.pattern, candidate.scalars,
-           tuple(None if m is None else (tuple(m.shape), m.stride(), m.dtype, str(m.device)) for m in metas))
-    if key in _decisions:
-        log.info("myops.compile: %s %s (measured earlier in this process)", candidate.pattern,
-                 "rewritten" if _decisions[key] else "left to Inductor")
-        return _decisions[key]
-    keep = _measure(candidate, metas, present, device)
-    if keep is None:  # not measured (not remembered: the failure may be transient)
-        return True
-    _decisions[key] = keep
-    return keep
-
-
-def _measure(candidate: _fx_match.Candidate, metas, present, device: str) -> Optional[bool]:
-    try:
-        # the pass runs while Inductor's fake-tensor mode may be active: real tensors, real kernels
-        with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.no_grad():
-            tensors = [None if m is None else _random_like(m) for m in metas]
-            fused_ms, eager_ms = _chain_times(candidate, tensors, device)
-    except Exception as e:  # noqa: BLE001 - a failed measurement leaves the default decision
-        log.warning("myops.compile: %s could not be measured (%s: %s); rewritten", candidate.pattern,
-                    type(e).__name__, e)
-        return None
-    keep = fused_ms <= eager_ms
-    log.info("myops.compile: %s %s (fused %.3f ms, eager PyTorch %.3f ms, %s)", candidate.pattern,
-             "rewritten" if keep else "left to Inductor", fused_ms, eager_ms, list(present[0].shape))
-    return keep
-
-
 class MyopsFusionPass(CustomGraphPass):
     """The rewrite as an Inductor pre-grad pass (optionally chained after a pass that was set)."""
 
@@ -150,7 +90,7 @@ class MyopsFusionPass(CustomGraphPass):
         if self.chained is not None:
             self.chained(graph)
         counts = _fx_match.rewrite_graph(graph, standalone_conv=self.conv_transpose2d, split_normalize=True,
-                                         devices=self.devices, accept=_faster_than_eager if self.measure else None)
+                                         devices=self.devices, accept=_measure.faster_than_eager if self.measure else None)
         for name, n in counts.items():
             _stats[name] += n
         if any(counts.values()):

@@ -21,7 +21,7 @@ BN_CHAIN = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
 def _fresh_state():
     mc.disable()
     mc.reset_stats()
-    mc._decisions.clear()  # measured selection's per-process memory
+    myops._measure.decisions.clear()  # measured selection's per-process memory
     torch._dynamo.reset()
     yield
     mc.disable()
@@ -467,7 +467,7 @@ def test_measured_selection_follows_the_timings(case, fused_faster, monkeypatch)
         seen.append(candidate.pattern)
         return (1.0, 2.0) if fused_faster else (2.0, 1.0)
 
-    monkeypatch.setattr(mc, "_chain_times", fake_times)
+    monkeypatch.setattr(myops._measure, "chain_times", fake_times)
     mc.enable(devices=None, measure=True, **options)
     with no_cache(), torch.no_grad():
         compiled_matches_eager(model, x)
@@ -491,7 +491,7 @@ def test_measured_selection_times_for_real_logs_and_remembers(caplog):
 
 
 def test_measured_selection_skips_dynamic_shapes(caplog, monkeypatch):
-    monkeypatch.setattr(mc, "_chain_times", lambda *a: pytest.fail("dynamic shapes must not be measured"))
+    monkeypatch.setattr(myops._measure, "chain_times", lambda *a: pytest.fail("dynamic shapes must not be measured"))
     mc.enable(devices=None, measure=True)
     with caplog.at_level(logging.INFO, logger="myops.compile"), no_cache(), torch.no_grad():
         compiled_matches_eager(Block(4, 6, 3, 3), torch.randn(2, 4, 9, 9), dynamic=True)

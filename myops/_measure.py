@@ -1,0 +1,73 @@
+"""The compile pass's measured selection (myops.compile.enable(measure=True)): a matched chain is
+rewritten only where the fused op, timed at compile time on random tensors with the graph's sizes,
+strides, dtype and device, beats the chain as eager PyTorch runs it."""
+import logging
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from ._fx_match import Candidate, tensor_meta
+from ._timing import median_ms
+
+log = logging.getLogger("myops.compile")
+
+
+def _random_like(meta: torch.Tensor) -> torch.Tensor:
+    """A real tensor with the example value's sizes, strides, dtype and device; values in [0.5, 1.5)
+    (valid for every argument, running variances included)."""
+    return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=meta.device).uniform_(0.5, 1.5)
+
+
+def chain_times(candidate: Candidate, tensors, device: str) -> Tuple[float, float]:
+    """Median ms of the fused op and of the chain in eager PyTorch on the same tensors."""
+    return (median_ms(lambda: candidate.fused(*tensors), device, warmup=2, reps=5),
+            median_ms(lambda: candidate.reference(*tensors), device, warmup=2, reps=5))
+
+
+# measured decisions of this process, by chain: pattern, scalars, each tensor's sizes / strides /
+# dtype / device (a recompilation, e.g. after torch._dynamo.reset(), does not time them again)
+decisions: Dict[tuple, bool] = {}
+
+
+def faster_than_eager(candidate: Candidate) -> bool:
+    """Whether the fused op beats the chain in eager PyTorch on the graph's
+    shapes. Chains that cannot be measured (dynamic shapes, devices other than CPU / CUDA, a
+    failure such as running out of memory) are rewritten, as without measurement."""
+    metas = [None if n is None else tensor_meta(n) for n in candidate.tensors]
+    present = [m for m in metas if m is not None]
+    if len(present) != sum(n is not None for n in candidate.tensors):
+        return True
+    static = all(isinstance(v, int) for m in present for v in (*m.shape, *m.stride()))
+    device = present[0].device.type
+    if not static or device not in ("cpu", "cuda"):
+        log.info("myops.compile: %s not measured (%s)", candidate.pattern,
+                 "dynamic shapes" if not static else f"device {device}")
+        return True
+    key = (candidate.pattern, candidate.scalars,
+           tuple(None if m is None else (tuple(m.shape), m.stride(), m.dtype, str(m.device)) for m in metas))
+    if key in decisions:
+        log.info("myops.compile: %s %s (measured earlier in this process)", candidate.pattern,
+                 "rewritten" if decisions[key] else "left to Inductor")
+        return decisions[key]
+    keep = _timed_decision(candidate, metas, present, device)
+    if keep is None:  # not measured (not remembered: the failure may be transient)
+        return True
+    decisions[key] = keep
+    return keep
+
+
+def _timed_decision(candidate: Candidate, metas, present, device: str) -> Optional[bool]:
+    """The timed comparison, logged; None where it could not run."""
+    try:
+        # the pass runs while Inductor's fake-tensor mode may be active: real tensors, real kernels
+        with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.no_grad():
+            tensors = [None if m is None else _random_like(m) for m in metas]
+            fused_ms, eager_ms = chain_times(candidate, tensors, device)
+    except Exception as e:  # noqa: BLE001 - a failed measurement leaves the default decision
+        log.warning("myops.compile: %s could not be measured (%s: %s); rewritten", candidate.pattern,
+                    type(e).__name__, e)
+        return None
+    keep = fused_ms <= eager_ms
+    log.info("myops.compile: %s %s (fused %.3f ms, eager PyTorch %.3f ms, %s)", candidate.pattern,
+             "rewritten" if keep else "left to Inductor", fused_ms, eager_ms, list(present[0].shape))
+    return keep
