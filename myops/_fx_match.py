@@ -181,11 +181,10 @@ def _replace(graph: fx.Graph, out_node: fx.Node, chain: List[fx.Node], target, a
             graph.erase_node(dead)
 
 
-def _batch_norm_candidate(conv, bn, gn, kwargs) -> Candidate:
+def _batch_norm_candidate(conv, kwargs) -> Candidate:
+    """The BatchNorm chain's candidate; kwargs: the replacement's (fused_api's) keyword arguments."""
     conv_scalars = conv[3:]
-    kernel, stride, padding, dilation = (kwargs[k] for k in ("kernel_size", "pool_stride", "pool_padding",
-                                                           "pool_dilation"))
-    names = ("running_mean", "running_var", "bn_weight", "bn_bias", "gn_weight", "gn_bias")
+    names = ("running_mean", "running_var", "bn_weight", "bn_bias", "gn_weight", "gn_bias")  # its tensors
 
     def fused(x, w, b, *rest):
         return fused_api(x, w, b, *conv_scalars, **{**kwargs, **dict(zip(names, rest))})
@@ -193,13 +192,13 @@ def _batch_norm_candidate(conv, bn, gn, kwargs) -> Candidate:
     def reference(x, w, b, rm, rv, bw, bb, gw, gb):
         y = F.batch_norm(F.conv_transpose2d(x, w, b, *conv_scalars), rm, rv, bw, bb, kwargs["training"],
                          kwargs["momentum"], kwargs["bn_eps"])
-        y = F.max_pool2d(torch.tanh(y), kernel, stride, padding, dilation)
+        y = F.max_pool2d(torch.tanh(y), kwargs["kernel_size"], kwargs["pool_stride"], kwargs["pool_padding"],
+                         kwargs["pool_dilation"])
         return F.group_norm(y, kwargs["num_groups"], gw, gb, kwargs["gn_eps"])
 
-    tensors = [conv[0], conv[1], conv[2], bn["running_mean"], bn["running_var"], bn["weight"], bn["bias"],
-               gn["weight"], gn["bias"]]
     scalars = (_hashable(conv_scalars), _hashable({k: v for k, v in kwargs.items() if k not in names}))
-    return Candidate("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", tensors, fused, reference, scalars)
+    return Candidate("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
+                     [*conv[:3], *(kwargs[k] for k in names)], fused, reference, scalars)
 
 
 def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], accept: Accept = None) -> int:
@@ -248,7 +247,7 @@ def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...
                       bn_eps=float(bn["eps"]), kernel_size=kernel, pool_stride=stride, pool_padding=padding,
                       pool_dilation=dilation, num_groups=gn["num_groups"], gn_weight=gn["weight"],
                       gn_bias=gn["bias"], gn_eps=float(gn["eps"]))
-        if accept is not None and not accept(_batch_norm_candidate(conv, bn, gn, kwargs)):
+        if accept is not None and not accept(_batch_norm_candidate(conv, kwargs)):
             continue
         _replace(graph, out_node, [node, pool_node, tanh_node, bn_node, conv_node], fused_api, conv, kwargs)
         count += 1
@@ -264,10 +263,10 @@ def _feeds_only_pointwise(node: fx.Node) -> bool:
     return bool(node.users) and all(pointwise(u) for u in node.users)
 
 
-def _gelu_candidate(conv, approximate, num_groups, gn) -> Candidate:
+def _gelu_candidate(conv, approximate, gn) -> Candidate:
     # (where the pass emits the statistics op and leaves the normalisation to Inductor, the fused
     # op stands for that pair: the same kernels, with the normalise pass of its own)
-    conv_scalars, eps = conv[3:], float(gn["eps"])
+    conv_scalars, num_groups, eps = conv[3:], gn["num_groups"], float(gn["eps"])
 
     def fused(x, w, b, gw, gb):
         return torch.ops.myops.conv_transpose2d_gelu_group_norm.default(x, w, b, *conv_scalars, approximate, num_groups,
@@ -306,7 +305,7 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
             continue
         if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):
             continue
-        if accept is not None and not accept(_gelu_candidate(conv, gelu["approximate"], gn["num_groups"], gn)):
+        if accept is not None and not accept(_gelu_candidate(conv, gelu["approximate"], gn)):
             continue
         chain = [node, gelu_node, conv_node]
         if split_normalize and _feeds_only_pointwise(out_node):

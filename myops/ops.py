@@ -3,6 +3,7 @@
 Scalars that PyTorch accepts as an int or a pair (stride, padding, output_padding, dilation) are
 accepted as either here; the C++ checks (csrc/shapes.h) validate them and name the bad argument.
 """
+import math
 from typing import Optional, Sequence, Union
 
 import torch
@@ -91,7 +92,7 @@ def conv_transpose2d_gelu_group_norm(
     conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
     if input.dim() in (3, 4) and weight.dim() == 4:
         _check_group_values(op, input.shape[0] if input.dim() == 4 else 1, weight.shape[1] * groups, num_groups,
-                            lambda: _conv_output_pixels(input, weight, conv_args))
+                            lambda: math.prod(_conv_output_hw(input, weight, conv_args)))
     return _batched(input, lambda x: torch.ops.myops.conv_transpose2d_gelu_group_norm(
         x, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps))
 
@@ -165,14 +166,14 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
     conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
     pool_args = (_pair(kernel_size), _pair(kernel_size if pool_stride is None else pool_stride), _pair(pool_padding),
                  _pair(pool_dilation))
-    shaped = input.dim() == 4 and weight.dim() == 4
-    count = input.shape[0] * _conv_output_pixels(input, weight, conv_args) if shaped else None
+    out_hw = _conv_output_hw(input, weight, conv_args) if input.dim() == 4 and weight.dim() == 4 else None
+    count = input.shape[0] * math.prod(out_hw) if out_hw else None
     if training and count == 1:  # as torch.nn.functional.batch_norm: one value has no batch variance
         raise ValueError(f"{op}: expected more than 1 value per channel when training, got a "
                          f"conv_transpose2d output of {count} value per channel")
-    if shaped:
-        _check_group_values(op, input.shape[0], weight.shape[1] * groups, num_groups,
-                            lambda: _pooled_pixels(op.removeprefix("myops."), input, weight, conv_args, pool_args))
+    if out_hw:  # (the pool arguments checked as the op checks them, naming the op as it does)
+        _check_group_values(op, input.shape[0], weight.shape[1] * groups, num_groups, lambda: math.prod(
+            _shapes.max_pool2d_out_hw(op.removeprefix("myops."), *out_hw, *pool_args)))
     tensors = (input, weight, bias, running_mean, running_var, bn_weight, bn_bias, gn_weight, gn_bias)
     if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
         # No gradient: the one-call op, free to pick a cheaper intermediate than the conv output.
@@ -199,18 +200,6 @@ def _conv_output_hw(input: Tensor, weight: Tensor, conv_args):
     stride, padding, output_padding, _, dilation = conv_args
     return [_shapes.conv_transpose_out_size(input.shape[-2 + i], weight.shape[2 + i], stride[i], padding[i],
                                             output_padding[i], dilation[i]) for i in range(2)]
-
-
-def _conv_output_pixels(input: Tensor, weight: Tensor, conv_args):
-    """OH x OW: with the batch size, the values behind each channel's batch statistics."""
-    oh, ow = _conv_output_hw(input, weight, conv_args)
-    return oh * ow
-
-
-def _pooled_pixels(op: str, input: Tensor, weight: Tensor, conv_args, pool_args):
-    """PH x PW of the max-pooled conv output (the pool arguments checked as the op checks them)."""
-    ph, pw = _shapes.max_pool2d_out_hw(op, *_conv_output_hw(input, weight, conv_args), *pool_args)
-    return ph * pw
 
 
 def update_running_stats(running_mean: Tensor, running_var: Tensor, mean: Tensor, var: Tensor,
