@@ -43,12 +43,18 @@ class Block(nn.Module):
         return self.norm(self.act(self.conv(x)))
 
 
+def _close(a, b, tol):
+    torch.testing.assert_close(a, b, atol=tol * max(1.0, b.abs().max().item()), rtol=tol)
+
+
+def _eager_tol(device):
+    # float32 convolutions run TF32 on CUDA (PyTorch's default), eager's too
+    return 5e-3 if torch.device(device).type == "cuda" else 1e-4
+
+
 def compiled_matches_eager(model, x, tol=None, **compile_kw):
     compiled = torch.compile(model, fullgraph=True, **compile_kw)
-    out, ref = compiled(x), model(x)
-    if tol is None:  # float32 convolutions run TF32 on CUDA (PyTorch's default), eager's too
-        tol = 5e-3 if x.is_cuda else 1e-4
-    torch.testing.assert_close(out, ref, atol=tol * max(1.0, ref.abs().max().item()), rtol=tol)
+    _close(compiled(x), model(x), _eager_tol(x.device) if tol is None else tol)
     return compiled
 
 
@@ -116,9 +122,7 @@ def test_normalise_fused_into_pointwise_consumer(device):
     calls = [line for line in code.splitlines() if "= torch.ops.myops." in line]
     assert [c.split("torch.ops.myops.")[1].split("(")[0] for c in calls] == [
         "conv_transpose2d_gelu_group_norm.default", "conv_transpose2d_gelu_group_stats.default"], calls
-    tol = 5e-3 if device == "cuda" else 1e-4
-    ref = model(x)
-    torch.testing.assert_close(out, ref, atol=tol * max(1.0, ref.abs().max().item()), rtol=tol)
+    _close(out, model(x), _eager_tol(device))
     assert mc.stats()[FUSED] == 2
 
 
@@ -169,7 +173,7 @@ def test_training_gradients_equal_eager(device):
     ref = torch.autograd.grad(model(x), params, grad)
     tol = 2e-3 if device == "cuda" else 1e-4  # TF32 on CUDA
     for g, r in zip(got, ref):
-        torch.testing.assert_close(g, r, atol=tol * max(1.0, r.abs().max().item()), rtol=tol)
+        _close(g, r, tol)
 
 
 def test_inference_mode_and_dynamic_batch():
@@ -242,8 +246,7 @@ def test_default_rewrites_cuda_chains_only(device):
     mc.enable()
     with no_cache(), torch.no_grad():
         out, code = run_and_get_code(torch.compile(model, fullgraph=True), x)
-        ref, tol = model(x), 5e-3 if device == "cuda" else 1e-4  # as in compiled_matches_eager
-        torch.testing.assert_close(out, ref, atol=tol * max(1.0, ref.abs().max().item()), rtol=tol)
+        _close(out, model(x), _eager_tol(device))
     replaced = device == "cuda"
     assert mc.stats() == {FUSED: int(replaced), BN_CHAIN: 0, "conv_transpose2d": 0}
     assert ("myops" in "\n".join(code)) == replaced
@@ -338,10 +341,6 @@ class BnBlock(nn.Module):
         return self.gn(self.pool(self.act(self.bn(self.conv(x)))))
 
 
-def _close(a, b, tol):
-    torch.testing.assert_close(a, b, atol=tol * max(1.0, b.abs().max().item()), rtol=tol)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("affine,track", [(True, True), (False, True), (True, False)])
 def test_bn_chain_training_steps_match_eager_with_buffers(device, affine, track):
@@ -350,7 +349,7 @@ def test_bn_chain_training_steps_match_eager_with_buffers(device, affine, track)
     model = BnBlock(affine=affine, track=track).to(device)
     ref = copy.deepcopy(model)
     mc.enable(devices=None)
-    tol = 5e-3 if device == "cuda" else 1e-4
+    tol = _eager_tol(device)
     with no_cache():
         compiled = torch.compile(model, fullgraph=True)
         for _ in range(3):
@@ -374,7 +373,7 @@ def test_bn_chain_eval_inference_and_functional_form(device):
     model.bn.running_var.uniform_(0.5, 2)
     x = torch.randn(2, 8, 7, 6, device=device)
     mc.enable(devices=None)
-    tol = 5e-3 if device == "cuda" else 1e-4
+    tol = _eager_tol(device)
     with no_cache(), torch.inference_mode():
         _close(torch.compile(model, fullgraph=True)(x), model(x), tol)
     w = torch.randn(8, 6, 3, 3, device=device)
