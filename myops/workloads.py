@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import myops
+from myops.nn import batch_norm_arguments
 
 
 class ConvTransposeGeluGroupNorm(nn.Module):
@@ -57,18 +58,12 @@ class ConvTransposeBnTanhPoolGroupNorm(nn.Module):
 def bn_chain_call(block: ConvTransposeBnTanhPoolGroupNorm, x):
     """The same step through myops, BatchNorm's own bookkeeping (num_batches_tracked, momentum)
     included."""
-    c, bn, pool, n = block.conv, block.bn, block.pool, block.norm
-    factor = 0.0
-    if block.training and bn.track_running_stats:
-        bn.num_batches_tracked.add_(1)
-        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    c, pool, n = block.conv, block.pool, block.norm
     return myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         x, c.weight, c.bias, c.stride, c.padding, c.output_padding, c.groups, c.dilation,
-        running_mean=bn.running_mean, running_var=bn.running_var, bn_weight=bn.weight, bn_bias=bn.bias,
-        training=block.training or bn.running_mean is None, momentum=factor, bn_eps=bn.eps,
-        kernel_size=pool.kernel_size, pool_stride=pool.stride, pool_padding=pool.padding,
-        pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode, num_groups=n.num_groups, gn_weight=n.weight,
-        gn_bias=n.bias, gn_eps=n.eps)
+        **batch_norm_arguments(block.bn), kernel_size=pool.kernel_size, pool_stride=pool.stride,
+        pool_padding=pool.padding, pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode, num_groups=n.num_groups,
+        gn_weight=n.weight, gn_bias=n.bias, gn_eps=n.eps)
 
 
 class GroupNormModule(nn.Module):

@@ -1,0 +1,247 @@
+"""Drop-in modules: the fused chains as nn.Modules, and a swapper that puts them into a model.
+
+    block = myops.nn.ConvTranspose2dGELUGroupNorm(64, 64, 3, num_groups=8)  # as the three layers
+    myops.nn.swap_modules(model)   # nn.Sequential runs of the chains -> the modules here, in place
+
+A fused module holds the layers it replaces as its children (``conv``, ``act``, ``norm``, ...):
+real ``nn.ConvTranspose2d`` / ``nn.GroupNorm`` / ``nn.BatchNorm2d`` modules, so parameters are
+initialised, moved, trained and printed as PyTorch does, and ``from_modules`` / the swapper reuse a
+model's own layers (the same parameter and buffer objects). Only ``forward`` changes: one call to
+the fused op, with BatchNorm's bookkeeping (``num_batches_tracked``, momentum, train / eval, running
+statistics) exactly as ``nn.BatchNorm2d`` does it.
+
+For chains written in a ``forward`` method rather than an ``nn.Sequential``, use
+``myops.compile`` (it sees the data flow; the swapper only sees the order of a Sequential).
+"""
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from . import ops
+
+
+def _output_padding(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Sequence[int]]) -> List[int]:
+    """conv's output_padding, or the one that gives output_size (as nn.ConvTranspose2d.forward)."""
+    if output_size is None:
+        return list(conv.output_padding)
+    return conv._output_padding(input, list(output_size), list(conv.stride), list(conv.padding),
+                                list(conv.kernel_size), 2, list(conv.dilation))
+
+
+def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Sequence[int]]) -> tuple:
+    if conv.padding_mode != "zeros":  # as nn.ConvTranspose2d
+        raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
+    return (input, conv.weight, conv.bias, list(conv.stride), list(conv.padding),
+            _output_padding(conv, input, output_size), conv.groups, list(conv.dilation))
+
+
+def batch_norm_arguments(bn: nn.BatchNorm2d) -> dict:
+    """The BatchNorm arguments of one forward step of ``bn``, with its bookkeeping done as
+    nn.BatchNorm2d.forward does it (in training with tracked statistics: ``num_batches_tracked``
+    += 1, and momentum None is the cumulative average 1 / num_batches_tracked). Keyword
+    arguments of :func:`myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm`."""
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    # buffers normalise in eval mode, and are updated in training only where they are tracked
+    use_buffers = not bn.training or bn.track_running_stats
+    return dict(running_mean=bn.running_mean if use_buffers else None,
+                running_var=bn.running_var if use_buffers else None, bn_weight=bn.weight, bn_bias=bn.bias,
+                training=bn.training or (bn.running_mean is None and bn.running_var is None), momentum=factor,
+                bn_eps=bn.eps)
+
+
+def _require(cls: type, name: str, module, kinds: tuple) -> None:
+    if not isinstance(module, kinds):
+        raise TypeError(f"myops.nn.{cls.__name__}.from_modules: argument '{name}' must be "
+                        f"{' or '.join('nn.' + k.__name__ for k in kinds)}, got {type(module).__name__}")
+
+
+def _require_channels(cls: type, name: str, channels: int, conv: nn.ConvTranspose2d) -> None:
+    if channels != conv.out_channels:
+        raise ValueError(f"myops.nn.{cls.__name__}.from_modules: argument '{name}' has {channels} channels, "
+                         f"but 'conv' has {conv.out_channels} output channels")
+
+
+def _adopt(cls: type, **children: nn.Module) -> nn.Module:
+    """An instance of cls whose children are the given modules (shared, not copied)."""
+    fused = cls.__new__(cls)
+    nn.Module.__init__(fused)
+    for name, child in children.items():
+        setattr(fused, name, child)
+    return fused
+
+
+class ConvTranspose2dGELUGroupNorm(nn.Module):
+    """``GroupNorm(GELU(ConvTranspose2d(x)))`` as one call to
+    :func:`myops.conv_transpose2d_gelu_group_norm`.
+
+    Arguments as ``nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride, padding,
+    output_padding, groups, bias, dilation)``, ``nn.GELU(approximate)`` and ``nn.GroupNorm(num_groups,
+    out_channels, eps, affine)``; children ``conv``, ``act``, ``norm``. ``forward(input,
+    output_size=None)`` as ``nn.ConvTranspose2d``'s.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, num_groups: int, stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1, approximate: str = "none",
+                 eps: float = 1e-5, affine: bool = True, device=None, dtype=None):
+        super().__init__()
+        factory = dict(device=device, dtype=dtype)
+        self.conv = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                                       groups, bias, dilation, **factory)
+        self.act = nn.GELU(approximate)
+        self.norm = nn.GroupNorm(num_groups, out_channels, eps, affine, **factory)
+
+    @classmethod
+    def from_modules(cls, conv: nn.ConvTranspose2d, act: nn.GELU, norm: nn.GroupNorm) -> "ConvTranspose2dGELUGroupNorm":
+        """The fused module over existing layers (their parameters are shared, not copied)."""
+        _require(cls, "conv", conv, (nn.ConvTranspose2d,))
+        _require(cls, "act", act, (nn.GELU,))
+        _require(cls, "norm", norm, (nn.GroupNorm,))
+        _require_channels(cls, "norm", norm.num_channels, conv)
+        return _adopt(cls, conv=conv, act=act, norm=norm)
+
+    def forward(self, input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
+        return ops.conv_transpose2d_gelu_group_norm(
+            *_conv_args(self.conv, input, output_size), approximate=self.act.approximate,
+            num_groups=self.norm.num_groups, gn_weight=self.norm.weight, gn_bias=self.norm.bias, eps=self.norm.eps)
+
+
+class ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm(nn.Module):
+    """``GroupNorm(MaxPool2d(Tanh(BatchNorm2d(ConvTranspose2d(x)))))`` as one call to
+    :func:`myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm`; BatchNorm behaves as
+    ``nn.BatchNorm2d`` in train and eval mode (batch or running statistics, the running buffers
+    and ``num_batches_tracked`` updated in training).
+
+    Arguments as ``nn.ConvTranspose2d`` (the first eight), ``nn.BatchNorm2d(out_channels, bn_eps,
+    bn_momentum, bn_affine, track_running_stats)``, ``nn.MaxPool2d(pool_kernel_size, pool_stride,
+    pool_padding, pool_dilation)`` and ``nn.GroupNorm(num_groups, out_channels, gn_eps,
+    gn_affine)``; children ``conv``, ``bn``, ``act``, ``pool``, ``norm``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, num_groups: int, pool_kernel_size=2,
+                 stride=1, padding=0, output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
+                 bn_eps: float = 1e-5, bn_momentum: Optional[float] = 0.1, bn_affine: bool = True,
+                 track_running_stats: bool = True, pool_stride=None, pool_padding=0, pool_dilation=1,
+                 gn_eps: float = 1e-5, gn_affine: bool = True, device=None, dtype=None):
+        super().__init__()
+        factory = dict(device=device, dtype=dtype)
+        self.conv = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                                       groups, bias, dilation, **factory)
+        self.bn = nn.BatchNorm2d(out_channels, bn_eps, bn_momentum, bn_affine, track_running_stats, **factory)
+        self.act = nn.Tanh()
+        self.pool = nn.MaxPool2d(pool_kernel_size, pool_stride, pool_padding, pool_dilation)
+        self.norm = nn.GroupNorm(num_groups, out_channels, gn_eps, gn_affine, **factory)
+
+    @classmethod
+    def from_modules(cls, conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, act: nn.Tanh, pool: nn.MaxPool2d,
+                     norm: nn.GroupNorm) -> "ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm":
+        """The fused module over existing layers (parameters and buffers shared, not copied)."""
+        _require(cls, "conv", conv, (nn.ConvTranspose2d,))
+        _require(cls, "bn", bn, (nn.BatchNorm2d,))
+        _require(cls, "act", act, (nn.Tanh,))
+        _require(cls, "pool", pool, (nn.MaxPool2d,))
+        _require(cls, "norm", norm, (nn.GroupNorm,))
+        _require_channels(cls, "bn", bn.num_features, conv)
+        _require_channels(cls, "norm", norm.num_channels, conv)
+        if pool.return_indices:
+            raise ValueError(f"myops.nn.{cls.__name__}.from_modules: argument 'pool' must not return indices")
+        return _adopt(cls, conv=conv, bn=bn, act=act, pool=pool, norm=norm)
+
+    def forward(self, input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
+        pool, norm = self.pool, self.norm
+        return ops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+            *_conv_args(self.conv, input, output_size), **batch_norm_arguments(self.bn),
+            kernel_size=pool.kernel_size, pool_stride=pool.stride, pool_padding=pool.padding,
+            pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode, num_groups=norm.num_groups,
+            gn_weight=norm.weight, gn_bias=norm.bias, gn_eps=norm.eps)
+
+
+# The chains the swapper replaces: the layer types in order (exact types: a subclass may have its
+# own forward), and the fused module that takes them.
+CHAINS = {
+    "conv_transpose2d_gelu_group_norm":
+        ((nn.ConvTranspose2d, nn.GELU, nn.GroupNorm), ConvTranspose2dGELUGroupNorm),
+    "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm":
+        ((nn.ConvTranspose2d, nn.BatchNorm2d, nn.Tanh, nn.MaxPool2d, nn.GroupNorm),
+         ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm),
+}
+
+
+def _has_hooks(module: nn.Module) -> bool:
+    # a hook would see (or change) a layer's own input / output, which the fused call never forms
+    return any(getattr(module, name, None) for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                                        "_backward_pre_hooks"))
+
+
+def _fused(layers: Sequence[nn.Module]) -> Optional[nn.Module]:
+    """The fused module for a run of layers that forms one of CHAINS exactly, else None."""
+    for types, cls in CHAINS.values():
+        if len(layers) >= len(types) and all(type(m) is t for m, t in zip(layers, types)):
+            run = layers[:len(types)]
+            if any(_has_hooks(m) for m in run):
+                return None
+            try:
+                return cls.from_modules(*run)
+            except (TypeError, ValueError):  # e.g. a GroupNorm over another channel count
+                return None
+    return None
+
+
+class _Absorbed(nn.Identity):
+    """Placeholder for a layer that a fused module before it in the Sequential now runs (keeps the
+    indices, so the state_dict keys of the layers after a chain do not move)."""
+
+
+def swap_modules(model: nn.Module) -> Dict[str, int]:
+    """Replaces, in place, every run of layers in an ``nn.Sequential`` of ``model`` (``model``
+    itself included) that forms one of the chains with the fused module over the same layers;
+    the chain's other positions become identities, so later layers keep their indices. Returns
+    ``{chain name: replacements}``.
+
+    A run is replaced only where the fused op computes exactly what the layers did: exact layer
+    types (subclasses may define their own forward), no hooks on them, channel counts that agree,
+    a MaxPool2d that does not return indices. The fused modules hold the original layers, so the
+    model's parameters and buffers are the same objects, but their state_dict keys change (``i.weight``
+    -> ``i.conv.weight``): load checkpoints before swapping, or undo it with :func:`unswap_modules`.
+    On the CPU the fused ops are reference implementations, slower than PyTorch's own (the CUDA
+    kernels are the fast ones).
+    """
+    counts = {name: 0 for name in CHAINS}
+    for sequential in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
+        layers = list(sequential)
+        i = 0
+        while i < len(layers):
+            fused = _fused(layers[i:])
+            if fused is None:
+                i += 1
+                continue
+            name = next(n for n, (_, cls) in CHAINS.items() if isinstance(fused, cls))
+            sequential[i] = fused
+            span = len(CHAINS[name][0])
+            for j in range(i + 1, i + span):
+                sequential[j] = _Absorbed()
+            counts[name] += 1
+            i += span
+    return counts
+
+
+def unswap_modules(model: nn.Module) -> int:
+    """Undoes :func:`swap_modules` in place: each fused module it placed in an ``nn.Sequential``
+    gives its layers back to their positions. Returns the number of chains restored."""
+    restored = 0
+    fused_types = tuple(cls for _, cls in CHAINS.values())
+    for sequential in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
+        for i, module in enumerate(list(sequential)):
+            if not isinstance(module, fused_types):
+                continue
+            layers = list(module.children())
+            span = range(i + 1, i + len(layers))
+            if span.stop > len(sequential) or not all(isinstance(sequential[j], _Absorbed) for j in span):
+                continue  # not placed by swap_modules
+            for j, layer in zip(range(i, span.stop), layers):
+                sequential[j] = layer
+            restored += 1
+    return restored
