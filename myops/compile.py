@@ -36,7 +36,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from . import _fx_match, _measure, ops
+from . import _autocast, _fx_match, _measure, ops
 
 log = logging.getLogger("myops.compile")
 
@@ -48,8 +48,9 @@ _stats: Dict[str, int] = {"conv_transpose2d_gelu_group_norm": 0,
 def _source_hash() -> str:
     """Hash of the rewrite's source (read once: uuid() is called on every compilation)."""
     h = hashlib.sha256()
-    # ops: the second chain's replacement; _measure: the measured selection's decisions
-    for path in (_fx_match.__file__, _measure.__file__, ops.__file__, __file__):
+    # ops: the second chain's replacement; _measure: the measured selection's decisions; _autocast:
+    # what the replacements trace to under autocast
+    for path in (_fx_match.__file__, _measure.__file__, ops.__file__, _autocast.__file__, __file__):
         with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()

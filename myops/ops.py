@@ -9,7 +9,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from . import _shapes
+from . import _autocast, _shapes
 
 IntOrPair = Union[int, Sequence[int]]
 
@@ -117,11 +117,12 @@ def conv_transpose2d_gelu_group_stats(
 
 
 def group_norm_with_stats(input: Tensor, mean: Tensor, rstd: Tensor, weight: Optional[Tensor] = None,
-                          bias: Optional[Tensor] = None) -> Tensor:
+                          bias: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """GroupNorm's normalisation of ``input [N, C, *]`` with given statistics ``mean, rstd
     [N, num_groups]`` (as :func:`conv_transpose2d_gelu_group_stats` returns them), computed in their
-    dtype and rounded once to the input's; plain torch ops, so that torch.compile fuses it with its
-    consumers. The result keeps the input's memory format."""
+    dtype and rounded once to ``out_dtype`` (default: what ``F.group_norm`` returns for ``input``:
+    its dtype, or float32 under CUDA autocast); plain torch ops, so that torch.compile fuses it with
+    its consumers. The result keeps the input's memory format."""
     n, c = input.shape[0], input.shape[1]
     groups = mean.shape[1]
     spatial = [1] * (input.dim() - 2)
@@ -134,7 +135,7 @@ def group_norm_with_stats(input: Tensor, mean: Tensor, rstd: Tensor, weight: Opt
         out = out * weight.to(mean.dtype).reshape([c] + spatial)
     if bias is not None:
         out = out + bias.to(mean.dtype).reshape([c] + spatial)
-    return out.to(input.dtype)
+    return out.to(_autocast.group_norm_dtype(input) if out_dtype is None else out_dtype)
 
 
 def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
