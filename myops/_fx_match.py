@@ -308,7 +308,12 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
         if accept is not None and not accept(_gelu_candidate(conv, gelu["approximate"], gn)):
             continue
         chain = [node, gelu_node, conv_node]
-        if split_normalize and _feeds_only_pointwise(out_node):
+        # GroupNorm parameters of another dtype than the conv output (float32 norms in a 16-bit
+        # model, or autocast): the fused op takes one dtype, group_norm_with_stats normalises in
+        # float32 as aten's mixed-precision group_norm does
+        conv_meta = _meta(conv_node)
+        mixed = conv_meta is not None and not all(_dtype_is(t, conv_meta.dtype) for t in (gn["weight"], gn["bias"]))
+        if mixed or (split_normalize and _feeds_only_pointwise(out_node)):
             with graph.inserting_before(out_node):
                 stats = graph.call_function(torch.ops.myops.conv_transpose2d_gelu_group_stats.default,
                                             (*conv, gelu["approximate"], gn["num_groups"], float(gn["eps"])))

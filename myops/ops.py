@@ -45,6 +45,19 @@ def _check_group_values(op: str, n, channels, num_groups, spatial) -> None:
                          f"batch of 1 with {channels} channels in {num_groups} groups and 1 pixel per channel")
 
 
+def _float32_params(input: Tensor, *params: Optional[Tensor]) -> bool:
+    """Whether a 16-bit input comes with float32 normalisation parameters: the mixed precision
+    aten's batch_norm and group_norm accept (a model whose norm layers stay float32), computing in
+    float32 and returning the input's dtype. The ops take one dtype, so the Python API runs those
+    stages in float32 itself."""
+    return input.dtype in (torch.bfloat16, torch.float16) and any(
+        p is not None and p.dtype == torch.float32 for p in params)
+
+
+def _to_float32(*ts: Optional[Tensor]) -> tuple:
+    return tuple(None if t is None else t.float() for t in ts)
+
+
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                      stride: IntOrPair = 1, padding: IntOrPair = 0, output_padding: IntOrPair = 0,
                      groups: int = 1, dilation: IntOrPair = 1) -> Tensor:
@@ -72,6 +85,9 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
     if input.dim() >= 2:
         _check_group_values("myops.group_norm", input.shape[0], input.shape[1], num_groups,
                             lambda: input[0, 0].numel())
+    if _float32_params(input, weight, bias):
+        x32, w32, b32 = _to_float32(input, weight, bias)
+        return torch.ops.myops.group_norm(x32, num_groups, w32, b32, eps).to(_autocast.group_norm_dtype(input))
     return torch.ops.myops.group_norm(input, num_groups, weight, bias, eps)
 
 
@@ -93,6 +109,9 @@ def conv_transpose2d_gelu_group_norm(
     if input.dim() in (3, 4) and weight.dim() == 4:
         _check_group_values(op, input.shape[0] if input.dim() == 4 else 1, weight.shape[1] * groups, num_groups,
                             lambda: math.prod(_conv_output_hw(input, weight, conv_args)))
+    if _float32_params(input, gn_weight, gn_bias):  # GroupNorm in float32 on the statistics
+        return _batched(input, lambda x: group_norm_with_stats(*torch.ops.myops.conv_transpose2d_gelu_group_stats(
+            x, weight, bias, *conv_args, approximate, num_groups, eps), gn_weight, gn_bias))
     return _batched(input, lambda x: torch.ops.myops.conv_transpose2d_gelu_group_norm(
         x, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps))
 
@@ -176,7 +195,8 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         _check_group_values(op, input.shape[0], weight.shape[1] * groups, num_groups, lambda: math.prod(
             _shapes.max_pool2d_out_hw(op.removeprefix("myops."), *out_hw, *pool_args)))
     tensors = (input, weight, bias, running_mean, running_var, bn_weight, bn_bias, gn_weight, gn_bias)
-    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
+    mixed = _float32_params(input, bn_weight, bn_bias, gn_weight, gn_bias)
+    if not mixed and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
         # No gradient: the one-call op, free to pick a cheaper intermediate than the conv output.
         # (With one, the two ops below keep the conv output for backward instead of recomputing it.)
         y, mean, var = _below_autograd(
@@ -189,8 +209,13 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         else:
             out = torch.ops.myops.conv_transpose2d(input, weight, bias, *conv_args)
             mean, var = running_mean, running_var
+        if mixed:  # BatchNorm to GroupNorm in float32 on the 16-bit conv output, as those norms compute
+            out_dtype = _autocast.group_norm_dtype(out)
+            out, bn_weight, bn_bias, gn_weight, gn_bias = _to_float32(out, bn_weight, bn_bias, gn_weight, gn_bias)
         y = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(
             out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
+        if mixed:
+            y = y.to(out_dtype)
     if training and running_mean is not None and running_var is not None:
         update_running_stats(running_mean, running_var, mean, var, count, momentum)
     return y

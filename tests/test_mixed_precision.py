@@ -1,6 +1,10 @@
-"""torch.autocast: every op returns the dtype the aten ops it fuses return under autocast, and values
-as close to a float64 reference as a lower-precision result can be; the modules, gradients and the
-compile pass under autocast (where an autocast op hands a chain a bfloat16 input and float32 weights)."""
+"""Mixed precision. torch.autocast: every op returns the dtype the aten ops it fuses return under
+autocast, and values as close to a float64 reference as a lower-precision result can be; the
+modules, gradients and the compile pass under autocast (where an autocast op hands a chain a
+bfloat16 input and float32 weights). Without autocast: 16-bit models whose norm layers stay
+float32, which aten's batch_norm / group_norm accept."""
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -148,3 +152,49 @@ def test_compiled_model_under_autocast(device, dtype, inside):
     assert myops.compile.stats()["conv_transpose2d_gelu_group_norm"] == 1
     assert out.dtype == eager.dtype
     assert_matches(out.float(), eager.float(), 4 * TOL[dtype])
+
+
+def mixed_model(dtype, device):
+    """A 16-bit model whose norm layers stay float32."""
+    model = nn.Sequential(nn.ConvTranspose2d(8, 16, 3, padding=1), nn.GELU(), nn.GroupNorm(4, 16),
+                          nn.ConvTranspose2d(16, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Tanh(), nn.MaxPool2d(2),
+                          nn.GroupNorm(2, 8)).to(device, dtype)
+    for i in (2, 4, 7):
+        model[i].float()
+    return model
+
+
+@pytest.mark.parametrize("device,dtype", AUTOCASTS)
+@pytest.mark.parametrize("training", [True, False])
+def test_float32_norms_in_a_16_bit_model(device, dtype, training):
+    model = mixed_model(dtype, device).train(training)
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 8, 6, 7, device=device, dtype=dtype)
+    swapped = myops.nn.swap_modules(model)
+    assert sum(swapped.values()) == 2
+    with torch.no_grad():
+        out, ref = model(x), eager(x)
+    assert out.dtype == ref.dtype == dtype
+    assert_matches(out.float(), ref.float(), 4 * TOL[dtype])
+    bn, bn_eager = model[3].bn, eager[4]
+    assert_matches(bn.running_var, bn_eager.running_var, 2 * TOL[dtype])
+    gn = eager[2]  # the Python API's group_norm too
+    with torch.no_grad():
+        act = torch.randn(2, 16, 5, 5, device=device, dtype=dtype)
+        mine, theirs = myops.group_norm(act, 4, gn.weight, gn.bias), gn(act)
+    assert mine.dtype == theirs.dtype
+    assert_matches(mine.float(), F.group_norm(act.double(), 4, gn.weight.double(), gn.bias.double()), 2 * TOL[dtype])
+
+
+@pytest.mark.parametrize("device,dtype", AUTOCASTS)
+def test_compiled_16_bit_model_with_float32_group_norm(device, dtype):
+    model = mixed_model(dtype, device)[:3]
+    x = torch.randn(2, 8, 6, 7, device=device, dtype=dtype)
+    torch._dynamo.reset()
+    myops.compile.reset_stats()
+    with myops.compile.enabled(devices=None):
+        out = torch.compile(model, fullgraph=True)(x)
+    assert myops.compile.stats()["conv_transpose2d_gelu_group_norm"] == 1
+    ref = model(x)
+    assert out.dtype == ref.dtype == dtype
+    assert_matches(out.float(), ref.float(), 4 * TOL[dtype])
