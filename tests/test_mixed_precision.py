@@ -154,6 +154,12 @@ def test_compiled_model_under_autocast(device, dtype, inside):
     assert_matches(out.float(), eager.float(), 4 * TOL[dtype])
 
 
+# aten's mixed-precision group_norm is CPU-only (torch 2.11's CUDA F.group_norm refuses a bfloat16
+# input with float32 weights: "expected scalar type BFloat16 but found Float"), so eager gives a
+# reference on the CPU only; on CUDA the myops path runs where eager raises.
+MIXED_NORMS = [("cpu", torch.bfloat16), ("cpu", torch.float16)]
+
+
 def mixed_model(dtype, device):
     """A 16-bit model whose norm layers stay float32."""
     model = nn.Sequential(nn.ConvTranspose2d(8, 16, 3, padding=1), nn.GELU(), nn.GroupNorm(4, 16),
@@ -164,7 +170,7 @@ def mixed_model(dtype, device):
     return model
 
 
-@pytest.mark.parametrize("device,dtype", AUTOCASTS)
+@pytest.mark.parametrize("device,dtype", MIXED_NORMS)
 @pytest.mark.parametrize("training", [True, False])
 def test_float32_norms_in_a_16_bit_model(device, dtype, training):
     model = mixed_model(dtype, device).train(training)
@@ -186,7 +192,7 @@ def test_float32_norms_in_a_16_bit_model(device, dtype, training):
     assert_matches(mine.float(), F.group_norm(act.double(), 4, gn.weight.double(), gn.bias.double()), 2 * TOL[dtype])
 
 
-@pytest.mark.parametrize("device,dtype", AUTOCASTS)
+@pytest.mark.parametrize("device,dtype", MIXED_NORMS)
 def test_compiled_16_bit_model_with_float32_group_norm(device, dtype):
     model = mixed_model(dtype, device)[:3]
     x = torch.randn(2, 8, 6, 7, device=device, dtype=dtype)
