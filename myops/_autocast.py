@@ -49,10 +49,15 @@ def _lower_precision(op, device_type, *args):
     return op(*_cast(args, torch.get_autocast_dtype(device_type), device_type))
 
 
+def in_float32(op, out_dtype: torch.dtype, *args):
+    """op on args with their floating tensors (float64 aside) in float32, its result in out_dtype:
+    how a GroupNorm-ending op runs on a 16-bit input (args[0]) and float32 parameters."""
+    return op(*_cast(args, torch.float32, args[0].device.type)).to(out_dtype)
+
+
 def _float32_normalisation(op, device_type, *args):
     """Ops whose result is a GroupNorm's: computed in float32, returned in group_norm's dtype."""
-    out_dtype = _autocast_output(args[0], device_type)
-    return op(*_cast(args, torch.float32, device_type)).to(out_dtype)
+    return in_float32(op, _autocast_output(args[0], device_type), *args)
 
 
 def _gelu_chain(op, device_type, x, w, b, stride, padding, output_padding, groups, dilation, approximate,
@@ -78,10 +83,10 @@ def _batch_norm_chain(op, device_type, x, w, b, stride, padding, output_padding,
         out = torch.ops.myops.conv_transpose2d.default(*conv_args)
         empty = out.new_empty((0,), dtype=torch.float32 if out.dtype != torch.float64 else out.dtype)
         stats = (empty, empty.clone())
-    y = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm.default(
-        *_cast((out, mean, var, bn_weight, bn_bias), torch.float32, device_type), bn_eps, kernel_size, pool_stride,
-        pool_padding, pool_dilation, num_groups, *_cast((gn_weight, gn_bias), torch.float32, device_type), gn_eps)
-    return y.to(_autocast_output(out, device_type)), *stats
+    y = in_float32(torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm.default, _autocast_output(out, device_type),
+                   out, mean, var, bn_weight, bn_bias, bn_eps, kernel_size, pool_stride, pool_padding, pool_dilation,
+                   num_groups, gn_weight, gn_bias, gn_eps)
+    return y, *stats
 
 
 _KERNELS = {

@@ -13,7 +13,7 @@ statistics) exactly as ``nn.BatchNorm2d`` does it.
 For chains written in a ``forward`` method rather than an ``nn.Sequential``, use
 ``myops.compile`` (it sees the data flow; the swapper only sees the order of a Sequential).
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -36,7 +36,7 @@ def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Se
             _output_padding(conv, input, output_size), conv.groups, list(conv.dilation))
 
 
-def batch_norm_arguments(bn: nn.BatchNorm2d) -> dict:
+def _batch_norm_arguments(bn: nn.BatchNorm2d) -> dict:
     """The BatchNorm arguments of one forward step of ``bn``, with its bookkeeping done as
     nn.BatchNorm2d.forward does it (in training with tracked statistics: ``num_batches_tracked``
     += 1, and momentum None is the cumulative average 1 / num_batches_tracked). Keyword
@@ -51,6 +51,17 @@ def batch_norm_arguments(bn: nn.BatchNorm2d) -> dict:
                 running_var=bn.running_var if use_buffers else None, bn_weight=bn.weight, bn_bias=bn.bias,
                 training=bn.training or (bn.running_mean is None and bn.running_var is None), momentum=factor,
                 bn_eps=bn.eps)
+
+
+def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxPool2d, norm: nn.GroupNorm,
+                     input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
+    """``norm(pool(tanh(bn(conv(input)))))`` as one call of the fused op, with the layers' own
+    arguments and BatchNorm's bookkeeping (the forward of the module below; the bench calls it
+    on its eager block)."""
+    return ops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+        *_conv_args(conv, input, output_size), **_batch_norm_arguments(bn), kernel_size=pool.kernel_size,
+        pool_stride=pool.stride, pool_padding=pool.padding, pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode,
+        num_groups=norm.num_groups, gn_weight=norm.weight, gn_bias=norm.bias, gn_eps=norm.eps)
 
 
 def _require(cls: type, name: str, module, kinds: tuple) -> None:
@@ -151,12 +162,7 @@ class ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm(nn.Module):
         return _adopt(cls, conv=conv, bn=bn, act=act, pool=pool, norm=norm)
 
     def forward(self, input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
-        pool, norm = self.pool, self.norm
-        return ops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
-            *_conv_args(self.conv, input, output_size), **batch_norm_arguments(self.bn),
-            kernel_size=pool.kernel_size, pool_stride=pool.stride, pool_padding=pool.padding,
-            pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode, num_groups=norm.num_groups,
-            gn_weight=norm.weight, gn_bias=norm.bias, gn_eps=norm.eps)
+        return batch_norm_chain(self.conv, self.bn, self.pool, self.norm, input, output_size)
 
 
 # The chains the swapper replaces: the layer types in order (exact types: a subclass may have its
@@ -176,15 +182,16 @@ def _has_hooks(module: nn.Module) -> bool:
                                                         "_backward_pre_hooks"))
 
 
-def _fused(layers: Sequence[nn.Module]) -> Optional[nn.Module]:
-    """The fused module for a run of layers that forms one of CHAINS exactly, else None."""
-    for types, cls in CHAINS.values():
+def _fused(layers: Sequence[nn.Module]) -> Optional[Tuple[str, nn.Module, int]]:
+    """(chain name, fused module, layers it takes) for a run of layers that starts with one of
+    CHAINS exactly, else None."""
+    for name, (types, cls) in CHAINS.items():
         if len(layers) >= len(types) and all(type(m) is t for m, t in zip(layers, types)):
             run = layers[:len(types)]
             if any(_has_hooks(m) for m in run):
                 return None
             try:
-                return cls.from_modules(*run)
+                return name, cls.from_modules(*run), len(run)
             except (TypeError, ValueError):  # e.g. a GroupNorm over another channel count
                 return None
     return None
@@ -214,13 +221,11 @@ def swap_modules(model: nn.Module) -> Dict[str, int]:
         layers = list(sequential)
         i = 0
         while i < len(layers):
-            fused = _fused(layers[i:])
-            if fused is None:
+            found = _fused(layers[i:])
+            if found is None:
                 i += 1
                 continue
-            name = next(n for n, (_, cls) in CHAINS.items() if isinstance(fused, cls))
-            sequential[i] = fused
-            span = len(CHAINS[name][0])
+            name, sequential[i], span = found
             for j in range(i + 1, i + span):
                 sequential[j] = _Absorbed()
             counts[name] += 1

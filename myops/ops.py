@@ -54,10 +54,6 @@ def _float32_params(input: Tensor, *params: Optional[Tensor]) -> bool:
         p is not None and p.dtype == torch.float32 for p in params)
 
 
-def _to_float32(*ts: Optional[Tensor]) -> tuple:
-    return tuple(None if t is None else t.float() for t in ts)
-
-
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                      stride: IntOrPair = 1, padding: IntOrPair = 0, output_padding: IntOrPair = 0,
                      groups: int = 1, dilation: IntOrPair = 1) -> Tensor:
@@ -85,10 +81,10 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
     if input.dim() >= 2:
         _check_group_values("myops.group_norm", input.shape[0], input.shape[1], num_groups,
                             lambda: input[0, 0].numel())
+    args = (input, num_groups, weight, bias, eps)
     if _float32_params(input, weight, bias):
-        x32, w32, b32 = _to_float32(input, weight, bias)
-        return torch.ops.myops.group_norm(x32, num_groups, w32, b32, eps).to(_autocast.group_norm_dtype(input))
-    return torch.ops.myops.group_norm(input, num_groups, weight, bias, eps)
+        return _autocast.in_float32(torch.ops.myops.group_norm, _autocast.group_norm_dtype(input), *args)
+    return torch.ops.myops.group_norm(*args)
 
 
 def conv_transpose2d_gelu_group_norm(
@@ -209,13 +205,10 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         else:
             out = torch.ops.myops.conv_transpose2d(input, weight, bias, *conv_args)
             mean, var = running_mean, running_var
-        if mixed:  # BatchNorm to GroupNorm in float32 on the 16-bit conv output, as those norms compute
-            out_dtype = _autocast.group_norm_dtype(out)
-            out, bn_weight, bn_bias, gn_weight, gn_bias = _to_float32(out, bn_weight, bn_bias, gn_weight, gn_bias)
-        y = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm(
-            out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
-        if mixed:
-            y = y.to(out_dtype)
+        tail = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm
+        args = (out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
+        # mixed: BatchNorm to GroupNorm in float32 on the 16-bit conv output, as those norms compute
+        y = _autocast.in_float32(tail, _autocast.group_norm_dtype(out), *args) if mixed else tail(*args)
     if training and running_mean is not None and running_var is not None:
         update_running_stats(running_mean, running_var, mean, var, count, momentum)
     return y

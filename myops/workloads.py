@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import myops
-from myops.nn import batch_norm_arguments
+from myops.nn import batch_norm_chain
 
 
 class ConvTransposeGeluGroupNorm(nn.Module):
@@ -58,12 +58,7 @@ class ConvTransposeBnTanhPoolGroupNorm(nn.Module):
 def bn_chain_call(block: ConvTransposeBnTanhPoolGroupNorm, x):
     """The same step through myops, BatchNorm's own bookkeeping (num_batches_tracked, momentum)
     included."""
-    c, pool, n = block.conv, block.pool, block.norm
-    return myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
-        x, c.weight, c.bias, c.stride, c.padding, c.output_padding, c.groups, c.dilation,
-        **batch_norm_arguments(block.bn), kernel_size=pool.kernel_size, pool_stride=pool.stride,
-        pool_padding=pool.padding, pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode, num_groups=n.num_groups,
-        gn_weight=n.weight, gn_bias=n.bias, gn_eps=n.eps)
+    return batch_norm_chain(block.conv, block.bn, block.pool, block.norm, x)
 
 
 class GroupNormModule(nn.Module):
