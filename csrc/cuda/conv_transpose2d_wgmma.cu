@@ -9,6 +9,7 @@
 #include "cuda/conv_transpose2d_wgmma.cuh"
 #include "cuda/hopper_pipeline.cuh"
 #include "cuda/input_tensor_map.cuh"
+#include "cuda/pair_epilogue.cuh"
 #include "cuda/wgmma_epilogue.cuh"
 #include "cuda/wgmma_ops.cuh"
 
@@ -445,16 +446,12 @@ __global__ void __launch_bounds__(kThreads, 2)
         *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[q][4 * j], acc[q][4 * j + 1]);
         *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[q][4 * j + 2], acc[q][4 * j + 3]);
       }
-    if constexpr (kBM > Q * kStrip) {  // padding pixels: defined values
-      constexpr int kPad = kBM - Q * kStrip;
-      for (int i = tid; i < kBlockCh * kPad; i += kWarpgroup) Cs[(i / kPad) * sl.c_ld + Q * kStrip + i % kPad] = 0.f;
-    }
   };
 
   // The epilogue over `threads` threads with thread index `t` (Sync: a barrier over them).
   auto epilogue = [&](auto threads, int t, auto sync) {
-    conv_epilogue<T, kBM, kBlockCh, decltype(threads)::value, false>(
-        Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, 1, kBM,
+    conv_epilogue_pairs<T, kBM, kBlockCh, decltype(threads)::value>(
+        Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
         EpilogueThreads<decltype(sync)>{t, pix_off, sync}, [&](int m) -> int64_t {
           const int q = m / kStrip, r = (m % kStrip) / 8, c = 8 * q + m % 8;
           if (q >= Q || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
