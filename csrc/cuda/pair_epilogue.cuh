@@ -57,10 +57,14 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
   float lane_bias = 0.f;
   if (bias != nullptr && lane < kChPerWarp && warp + lane * kWarps < c_valid)
     lane_bias = Traits::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
+  // the warp's channels kWarps apart: pointers stepped, not recomputed from 64-bit products
+  const int64_t oc_warp = g * p.C_out_g + oc0 + warp;
+  T* const chan_warp = out + (n * p.C_out + oc_warp) * plane;
+  const int64_t chan_step = kWarps * plane;
   with_activation<float>(ep, [&](auto act) {
-    for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i) {
-      const int64_t oc = g * p.C_out_g + oc0 + c;
-      T* const chan = out + (n * p.C_out + oc) * plane;
+    T* chan = chan_warp;
+    for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i, chan += chan_step) {
+      const int64_t oc = oc_warp + i * kWarps;
       // pairs at even offsets are aligned where the channel is
       const unsigned whole = reinterpret_cast<uintptr_t>(chan) % (2 * sizeof(T)) == 0 ? joined : 0u;
       const float b = __shfl_sync(0xffffffffu, lane_bias, i);
