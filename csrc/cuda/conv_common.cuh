@@ -136,6 +136,27 @@ __device__ void tile_image_stats(const acc_t* Cs, int ldc, const uint8_t* valid,
   }
 }
 
+// The sum of v over the warp's lanes, in every lane (a fixed butterfly order: deterministic).
+template <typename acc_t>
+__device__ inline acc_t warp_sum(acc_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The epilogues' warps take channels warp, warp + kWarps, ...: lane i holds the bias of the
+// warp's i-th channel (one load per warp up front instead of one per channel, whose latency
+// every channel would wait for), read back with __shfl_sync(.., i).
+template <typename T, int BN, int kWarps>
+__device__ inline typename DTypeTraits<T>::acc_t warp_lane_bias(const T* bias, const ConvTranspose2dParams& p,
+                                                                int64_t g, int64_t oc0, int c_valid, int lane,
+                                                                int warp) {
+  constexpr int kChPerWarp = (BN + kWarps - 1) / kWarps;
+  static_assert(kChPerWarp <= 32, "one bias per lane");
+  if (bias == nullptr || lane >= kChPerWarp || warp + lane * kWarps >= c_valid) return 0;
+  return DTypeTraits<T>::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
+}
+
 // Cs[c * ldc + m] holds a tile's accumulators (channel c < BN, pixel m < BM);
 // pixel_offset(m) is where pixel m lands relative to channel 0 of image n's output
 // (oh * OW + ow, plus i * C_out * OH * OW for the tile's i-th image), or -1 if it lies outside
@@ -212,13 +233,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
     int64_t off[kPerLane];
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) off[j] = pix_off[lane + 32 * j];
-    // Lane i holds the bias of the warp's i-th channel: one load per warp up front instead of one
-    // per channel, whose latency every channel would wait for.
-    constexpr int kChPerWarp = (BN + kWarps - 1) / kWarps;
-    static_assert(kChPerWarp <= 32, "one bias per lane");
-    acc_t lane_bias = 0;
-    if (bias != nullptr && lane < kChPerWarp && warp + lane * kWarps < c_valid)
-      lane_bias = Traits::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
+    const acc_t lane_bias = warp_lane_bias<T, BN, kWarps>(bias, p, g, oc0, c_valid, lane, warp);
     with_activation<acc_t>(ep, [&](auto act) {
       for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i) {
         const int64_t oc = g * p.C_out_g + oc0 + c;
@@ -244,11 +259,8 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
           for (int j = 0; j < kPerLane; ++j) Cs[c * ldc + lane + 32 * j] = stored[j];
           continue;
         }
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) {
-          sum += __shfl_xor_sync(0xffffffffu, sum, o);
-          count += __shfl_xor_sync(0xffffffffu, count, o);
-        }
+        sum = warp_sum(sum);
+        count = warp_sum(count);
         const acc_t mean = count > 0 ? sum / count : acc_t(0);
         acc_t m2 = 0;
 #pragma unroll
@@ -256,8 +268,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
           const acc_t d = stored[j] - mean;
           if (off[j] >= 0) m2 += d * d;
         }
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
+        m2 = warp_sum(m2);
         if (lane == 0) write_tile_stats(ep, p.C_out, n, oc, tile_index, tiles_per_sample, count, mean, m2);
       }
     });

@@ -51,12 +51,7 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
   const float count = static_cast<float>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(__popc(inside))));
   const int c_valid = static_cast<int>(min(static_cast<int64_t>(BN), p.C_out_g - oc0));
   const int64_t plane = p.OH * p.OW;
-  // lane i holds the bias of the warp's i-th channel (one load per warp up front)
-  constexpr int kChPerWarp = (BN + kWarps - 1) / kWarps;
-  static_assert(kChPerWarp <= 32, "one bias per lane");
-  float lane_bias = 0.f;
-  if (bias != nullptr && lane < kChPerWarp && warp + lane * kWarps < c_valid)
-    lane_bias = Traits::to_acc(bias[g * p.C_out_g + oc0 + warp + lane * kWarps]);
+  const float lane_bias = warp_lane_bias<T, BN, kWarps>(bias, p, g, oc0, c_valid, lane, warp);
   // the warp's channels kWarps apart: pointers stepped, not recomputed from 64-bit products
   const int64_t oc_warp = g * p.C_out_g + oc0 + warp;
   T* const chan_warp = out + (n * p.C_out + oc_warp) * plane;
@@ -89,8 +84,7 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
         }
       }
       if (ep.tile_stats == nullptr) continue;
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      sum = warp_sum(sum);
       const float mean = count > 0.f ? sum / count : 0.f;
       float m2 = 0.f;
 #pragma unroll
@@ -98,8 +92,7 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
         const float d = stored[k] - mean;
         if ((inside >> k) & 1u) m2 += d * d;
       }
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
+      m2 = warp_sum(m2);
       if (lane == 0) write_tile_stats(ep, p.C_out, n, oc, tile_index, tiles_per_sample, count, mean, m2);
     }
   });
