@@ -23,6 +23,7 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
     (3, 8, 24, 1, 1, 7, (3, 2), (1, 2), (1, 0), (0, 1), (2, 1), True),      # one input row
     (1, 16, 64, 1, 15, 12, (3, 3), (1, 1), (0, 0), (0, 0), (1, 1), True),   # wgmma's 17-row strips
     (1, 12, 64, 1, 30, 32, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True),   # wgmma, float32 input via TMA
+    (1, 20, 64, 1, 18, 40, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True),   # ... 16-bit boxes, channel tail
     (2, 6, 20, 2, 9, 40, (3, 4), (2, 3), (1, 1), (0, 1), (1, 2), True),     # direct: several tiles
 ]
 worst = 0.0

@@ -179,6 +179,24 @@ __device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
+// Four 8 x 8 16-bit matrices transposed on the way in (thread t: the pair at rows 2 (t % 4) and
+// 2 (t % 4) + 1, column t / 4 of each), and the same fragments stored untransposed (thread t's
+// pair to row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1): one in, the other out, they turn rows
+// of 8 channels x 8 pixels into rows of 8 pixels x 8 channels. Thread t gives the address of row
+// t % 8 of matrix t / 8 (16 bytes, 16-byte aligned) to each.
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // sm_90 (the wgmma kernel's producer only)
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#endif
+}
+
 // Round to TF32 (nearest, ties away: cvt.rna's rounding) with two integer ops; sm_90 expands
 // cvt.rna.tf32.f32 to five. Infinities and NaNs keep their class.
 __device__ inline uint32_t to_tf32(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }

@@ -47,13 +47,16 @@ constexpr int kMaxBoxSlots = 4;  // TMA input boxes in flight
 // box_empty[kMaxBoxSlots], padded to keep the pipeline 128-byte aligned (TMA destinations)
 constexpr int kTurnBarrier = 2 * kMaxStages, kBoxBarrier = kTurnBarrier + 2;
 constexpr int kBarrierBytes = 256;
-static_assert(8 * (kBoxBarrier + 2 * kMaxBoxSlots) <= kBarrierBytes, "mbarriers overflow their area");
+// the area's last 16 bytes: where the 16-bit box transposition sends box pixels outside the halo
+constexpr int kDiscardBytes = 16;
+static_assert(8 * (kBoxBarrier + 2 * kMaxBoxSlots) <= kBarrierBytes - kDiscardBytes, "mbarriers overflow their area");
 constexpr size_t kMaxSmem = 227 * 1024;
 constexpr size_t kTwoBlocksSmem = 113 * 1024;
 
 // How the producer gets a chunk's input halo: through registers from the NCHW planes, from NCHW
-// boxes that TMA loaded (then through registers), or (NHWC input) as two TMA boxes, one per
-// K-plane, that land in the stage in the MMA's operand layout.
+// boxes that TMA loaded (float32: then value by value through registers, TF32-rounded; 16-bit:
+// then transposed by ldmatrix / stmatrix), or (NHWC input) as two TMA boxes, one per K-plane,
+// that land in the stage in the MMA's operand layout.
 enum class WgInput { Registers, NchwBoxes, NhwcBoxes };
 
 // The NHWC box of one K-plane (16 bytes of channels) of a tile's halo: the largest phase halo's
@@ -65,11 +68,27 @@ InputBox wg_channels_last_box(const ConvTranspose2dParams& p, int rows, int q, D
 
 // The input box a tile's chunk reads through TMA: the largest phase halo, its first column moved
 // down to a 16-byte boundary (TMA reads from 16-byte aligned addresses only; H100: an illegal
-// instruction otherwise) and its rows padded to 16 bytes.
+// instruction otherwise) and its rows padded to 16 bytes. float32: room for any such move.
+// 16-bit (transposed by ldmatrix): a phase's halo starts a fixed number of columns from the tile's
+// (a multiple of 16 bytes' columns), so its move is the same in every tile and the box has the
+// columns the phases need exactly; and each channel's plane is an odd number of 16-byte units
+// (rows and 16-byte column groups odd), so that the eight channel rows one ldmatrix reads fall
+// in distinct banks.
 InputBox wg_input_box(const ConvTranspose2dParams& p, int rows, int q, DType dtype) {
   const PhaseMaxima most = phase_maxima(p, rows, 8 * q);
   const int align = 16 / dtype_bytes(dtype);
-  return {(most.halo_cols + 2 * align - 2) / align * align, most.halo_rows, chunk_channels(dtype)};
+  if (dtype == DType::F32)
+    return {(most.halo_cols + 2 * align - 2) / align * align, most.halo_rows, chunk_channels(dtype)};
+  int cols = 0;
+  for (int64_t rh = 0; rh < p.sH; ++rh)
+    for (int64_t rw = 0; rw < p.sW; ++rw) {
+      const PhaseTile ph = phase_tile(p, rows, 8 * q, rh, rw);
+      if (ph.th.count * ph.tw.count == 0) continue;
+      const int64_t first = ph.tw.off0 - (ph.tw.count - 1) * ph.tw.off_step;  // halo_col0 - i0
+      cols = std::max(cols, static_cast<int>((first % align + align) % align) + ph.hcols);
+    }
+  const int groups = (cols + align - 1) / align;
+  return {(groups | 1) * align, most.halo_rows | 1, chunk_channels(dtype)};
 }
 
 // The box's first input column for a halo starting at column col0 (possibly negative): col0
@@ -311,6 +330,44 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
   int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
 
+  // 16-bit NCHW boxes: per chunk, the box ([16 channels][box_rows][box_cols]) goes to the stage's
+  // two K-planes through ldmatrix.trans / stmatrix, 8 channels x 8 box columns of one row per
+  // matrix (four per instruction: two column groups x both K-planes); box columns outside the
+  // halo go to a discard slot. TMA zero-filled what lies outside the input (the tiling takes this
+  // path only where a chunk's channels are all of one group, or past the input's last channel).
+  auto produce_transposed = [&](auto issue_box, const uint32_t* w_block, int64_t w_chunk_words, uint32_t w_bytes,
+                                int shift) {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int mi = lane / 8, row = lane % 8, kp = mi & 1;  // the matrix and its row this lane addresses
+    const int segs = (shift + hcols + 7) / 8;               // column groups of a box row holding halo columns
+    const int pairs = ph.hrows * segs, groups = (pairs + 1) / 2;
+    const uint32_t plane_bytes = static_cast<uint32_t>(sl.box_rows * sl.box_cols * 2);
+    const uint32_t discard = bars + kBarrierBytes - kDiscardBytes;
+    if (tid == 0)
+      for (int c = 0; c < sl.box_slots; ++c) issue_box(c);
+    for (int c = 0; c < n_chunks; ++c) {
+      const int s = c % stages, round = c / stages;
+      if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
+      if (tid == 0) {
+        mbar_expect_tx(full(s), w_bytes);
+        bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_block + c * w_chunk_words, w_bytes, full(s));
+      }
+      const uint32_t box = boxes.acquire(c), halo = pipe + stage(s) + kp * sl.halo_plane;
+      for (int gi = warp; gi < groups; gi += kWarpgroup / 32) {
+        const int pair = min(2 * gi + mi / 2, pairs - 1);  // an odd count repeats the last pair
+        const int r = pair / segs, col = (pair - r * segs) * 8;
+        uint32_t v[4];
+        ldmatrix_x4_trans(v, box + (kp * 8 + row) * plane_bytes + (r * sl.box_cols + col) * 2);
+        const int hc = col + row - shift;
+        stmatrix_x4(hc >= 0 && hc < hcols ? halo + (r * hcols + hc) * 16 : discard, v);
+      }
+      boxes.release(c);
+      fence_proxy_async_shared();
+      mbar_arrive(full(s));
+      if (tid == 0) issue_box(c + sl.box_slots);  // into chunk c's slot, once every thread has read it
+    }
+  };
+
   // Producer: per chunk, the halo through registers (NCHW planes -> 16-byte channel groups per
   // pixel, TF32-rounded) and the phase's weights by one bulk copy.
   auto produce = [&]() {
@@ -337,6 +394,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     // 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
     const int64_t row0 = halo_row0(ph, j0), col0 = halo_col0(ph, i0);
     const int shift = kTma ? static_cast<int>(col0 - box_col0<Raw>(col0)) : 0;  // halo column 0 in the box
+    // kTma: thread 0 issues chunk c's box box_slots chunks ahead of its use
+    auto issue_box = [&](int c) {
+      if (kTma && c < n_chunks) boxes.issue(input_map, c, box_col0<Raw>(col0), row0, g * p.C_in_g + int64_t(c) * kCh, n);
+    };
+    if constexpr (kTma && !kF32) {
+      produce_transposed(issue_box, w_block, w_chunk_words, w_bytes, shift);
+      return;
+    }
     int src[kPxPerThread];
     unsigned inside = 0, present = 0;
 #pragma unroll
@@ -386,10 +451,6 @@ __global__ void __launch_bounds__(kThreads, 2)
         *reinterpret_cast<uint4*>(dst + h * 16) = make_uint4(w[0], w[1], w[2], w[3]);
         *reinterpret_cast<uint4*>(dst + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
       }
-    };
-    // kTma: thread 0 issues chunk c's box box_slots chunks ahead of its use
-    auto issue_box = [&](int c) {
-      if (kTma && c < n_chunks) boxes.issue(input_map, c, box_col0<Raw>(col0), row0, g * p.C_in_g + int64_t(c) * kCh, n);
     };
     if (kTma && tid == 0)
       for (int c = 0; c < sl.box_slots; ++c) issue_box(c);
@@ -681,8 +742,7 @@ cudaError_t launch_tile(const void* x, const void* wprep, const void* bias, void
                             p, ep, sl, stages, phase_table(p, R, 8 * Q), map ? *map : CUtensorMap{});
   };
   if (t.nhwc) return go(conv_wgmma_kernel<T, Q, R, WgInput::NhwcBoxes>);
-  if constexpr (std::is_same<T, float>::value)  // the only dtype the tiling gives NCHW boxes (see there)
-    if (boxes) return go(conv_wgmma_kernel<T, Q, R, WgInput::NchwBoxes>);
+  if (boxes) return go(conv_wgmma_kernel<T, Q, R, WgInput::NchwBoxes>);
   return go(conv_wgmma_kernel<T, Q, R, WgInput::Registers>);
 }
 
@@ -819,14 +879,17 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
       return t;
     }
   }
-  // TMA input boxes, several chunks ahead (the register path has one chunk of loads in flight):
-  // float32 with two blocks per SM only. H100, conv alone, ms, register path / best TMA pipeline
-  // (stages, boxes): L2_19 3.754 / 3.376 (3, 2), L1_57 3.884 / 3.339; but bfloat16 L2_19 2.447 /
-  // 2.615, L1_57 2.929 / 2.744, and the ping-pong kernel (L2_11) 1.048 / 1.320 float32, 0.774 /
-  // 0.847 bfloat16: the box costs a second pass through shared memory (TMA writes it, the producer
-  // reads it back to transpose), which the MMAs' operand reads already keep busy, more so at 16
-  // bits. Where the boxes only fit one block per SM (L1_65: 21 taps per stage) it lost 33%.
-  if (allow_tma && dtype == DType::F32 && blocks_per_sm(rows) == 2 && fits(kTwoBlocksSmem, t.stages, 0, false) &&
+  // TMA input boxes, several chunks ahead (the register path has one chunk of loads in flight),
+  // with two blocks per SM only. H100, conv alone, ms, register path / TMA pipeline (stages, boxes):
+  // float32 L2_19 3.754 / 3.376 (3, 2), L1_57 3.884 / 3.339; 16-bit boxes transposed by ldmatrix /
+  // stmatrix (session 25; bit-identical outputs): bfloat16 L2_19 (fused) 2.680 / 2.576 (2, 3),
+  // L1_57 2.555-2.579 / 2.013-2.026 (2, 3), 2.048 (2, 2). (Read value by value, 16-bit boxes lost:
+  // L2_19 2.447 / 2.615.) Where the boxes only fit one block per SM (L1_65: 21 taps per stage) they
+  // lost 33% (float32); the ping-pong kernel (L2_11) has no box path (float32 1.048 / 1.320 with a
+  // per-value one). 16-bit boxes zero channels past the input only, so a chunk must not straddle
+  // two groups' channels (else 0 x inf from the next group).
+  const bool one_group_chunks = dtype == DType::F32 || p.groups == 1 || p.C_in_g % chunk_channels(dtype) == 0;
+  if (allow_tma && one_group_chunks && blocks_per_sm(rows) == 2 && fits(kTwoBlocksSmem, t.stages, 0, false) &&
       input_box_supported(p, dtype, wg_input_box(p, rows, q, dtype))) {
     constexpr int kPipelines[][2] = {{3, 2}, {2, 3}, {2, 2}};  // (stages, boxes), best first
     for (const auto& c : kPipelines)

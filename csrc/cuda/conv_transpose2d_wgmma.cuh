@@ -7,8 +7,8 @@
 //    pixel), the tile's input halo as two K-planes of 16-byte pixels (so a tap's B operand is the
 //    halo shifted by the tap's offset: 8 neighbouring pixels form one core matrix and a tile row
 //    the next one) and bulk-copies the chunk's weights, prepared once in core-matrix order; the
-//    halo comes from global memory through registers, one chunk ahead, or (float32, two blocks
-//    per SM) from input boxes that TMA loads into shared memory several chunks ahead;
+//    halo comes from global memory through registers, one chunk ahead, or (two blocks per SM)
+//    from input boxes that TMA loads into shared memory several chunks ahead;
 //  - a consumer warpgroup only waits for a stage, issues the chunk's asynchronous MMAs straight
 //    from shared memory and hands the stage back; it then runs the epilogue;
 //  - 2 to 4 stages synchronised by mbarriers; registers are moved to the consumer so that two
