@@ -330,6 +330,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
   int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
 
+  // Producer: the stage of chunk c once the consumer has released it; thread 0 starts the chunk's
+  // weights' bulk copy into it (completing on full).
+  auto claim_stage = [&](int c, const uint32_t* w_src, uint32_t w_bytes) {
+    const int s = c % stages, round = c / stages;
+    if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
+    if (threadIdx.x == 0) {
+      mbar_expect_tx(full(s), w_bytes);
+      bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_src, w_bytes, full(s));
+    }
+    return s;
+  };
+
   // 16-bit NCHW boxes: per chunk, the box ([16 channels][box_rows][box_cols]) goes to the stage's
   // two K-planes through ldmatrix.trans / stmatrix, 8 channels x 8 box columns of one row per
   // matrix (four per instruction: two column groups x both K-planes); box columns outside the
@@ -346,12 +358,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (tid == 0)
       for (int c = 0; c < sl.box_slots; ++c) issue_box(c);
     for (int c = 0; c < n_chunks; ++c) {
-      const int s = c % stages, round = c / stages;
-      if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
-      if (tid == 0) {
-        mbar_expect_tx(full(s), w_bytes);
-        bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_block + c * w_chunk_words, w_bytes, full(s));
-      }
+      const int s = claim_stage(c, w_block + c * w_chunk_words, w_bytes);
       const uint32_t box = boxes.acquire(c), halo = pipe + stage(s) + kp * sl.halo_plane;
       for (int gi = warp; gi < groups; gi += kWarpgroup / 32) {
         const int pair = min(2 * gi + mi / 2, pairs - 1);  // an odd count repeats the last pair
@@ -457,13 +464,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     // Without TMA, one chunk of loads in flight per thread (two measured 4% slower on the seed layers).
     load_halo(0);
     for (int c = 0; c < n_chunks; ++c) {
-      const int s = c % stages, round = c / stages;
-      if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
-      if (tid == 0) {
-        mbar_expect_tx(full(s), w_bytes);
-        bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_block + c * w_chunk_words, w_bytes, full(s));
-        if (kTma) issue_box(c + sl.box_slots);  // into chunk c's slot, read by load_halo(c)
-      }
+      const int s = claim_stage(c, w_block + c * w_chunk_words, w_bytes);
+      if (kTma && tid == 0) issue_box(c + sl.box_slots);  // into chunk c's slot, read by load_halo(c)
       store_halo(smem + kBarrierBytes + stage(s));
       fence_proxy_async_shared();
       mbar_arrive(full(s));
