@@ -169,6 +169,34 @@ struct BoxRing {
   __device__ void release(int seq) const { mbar_arrive(empty(seq % sl.box_slots)); }
 };
 
+// A 16-bit NCHW box ([16 channels][box_rows][box_cols], as TMA landed it) -> a stage's two
+// K-planes of 16-byte pixels, by the producer warpgroup: 8 channels x 8 box columns of one row per
+// matrix, four matrices per ldmatrix.trans / stmatrix pair (two column groups x both K-planes);
+// box columns outside the halo (hrows x hcols, starting `shift` columns into the box) go to a
+// discard slot. TMA zero-filled what lies outside the input.
+struct BoxTransposer {
+  int row, kp, mi, warp;  // this lane's matrix (mi) and the row of it it addresses
+  int segs, pairs, hcols, shift, box_cols;
+  uint32_t plane_bytes, discard, halo_plane;
+  __device__ BoxTransposer(const WgSmem& sl, int hrows, int hcols_, int shift_, uint32_t discard_)
+      : row(threadIdx.x % 8), kp((threadIdx.x / 8) & 1), mi((threadIdx.x % 32) / 8), warp((threadIdx.x % kWarpgroup) / 32),
+        segs((shift_ + hcols_ + 7) / 8), pairs(hrows * segs), hcols(hcols_), shift(shift_), box_cols(sl.box_cols),
+        plane_bytes(static_cast<uint32_t>(sl.box_rows * sl.box_cols * 2)), discard(discard_),
+        halo_plane(static_cast<uint32_t>(sl.halo_plane)) {}
+  // box, halo: shared addresses of the box and of the stage's first K-plane
+  __device__ void operator()(uint32_t box, uint32_t halo) const {
+    halo += kp * halo_plane;
+    for (int gi = warp; 2 * gi < pairs; gi += kWarpgroup / 32) {
+      const int pair = min(2 * gi + mi / 2, pairs - 1);  // an odd count repeats the last pair
+      const int r = pair / segs, col = (pair - r * segs) * 8;
+      uint32_t v[4];
+      ldmatrix_x4_trans(v, box + (kp * 8 + row) * plane_bytes + (r * box_cols + col) * 2);
+      const int hc = col + row - shift;
+      stmatrix_x4(hc >= 0 && hc < hcols ? halo + (r * hcols + hc) * 16 : discard, v);
+    }
+  }
+};
+
 // NHWC input (one thread): chunk c's stage s gets the weights (one bulk copy) and the halo's two
 // K-planes (one TMA box each, channels ch and ch + 16 bytes' worth, from input column col0 and
 // row0 of image n; TMA zero-fills what lies outside the input), all completing on full.
@@ -342,36 +370,19 @@ __global__ void __launch_bounds__(kThreads, 2)
     return s;
   };
 
-  // 16-bit NCHW boxes: per chunk, the box ([16 channels][box_rows][box_cols]) goes to the stage's
-  // two K-planes through ldmatrix.trans / stmatrix, 8 channels x 8 box columns of one row per
-  // matrix (four per instruction: two column groups x both K-planes); box columns outside the
-  // halo go to a discard slot. TMA zero-filled what lies outside the input (the tiling takes this
-  // path only where a chunk's channels are all of one group, or past the input's last channel).
+  // 16-bit NCHW boxes: per chunk, the box goes to the stage through BoxTransposer.
   auto produce_transposed = [&](auto issue_box, const uint32_t* w_block, int64_t w_chunk_words, uint32_t w_bytes,
                                 int shift) {
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int mi = lane / 8, row = lane % 8, kp = mi & 1;  // the matrix and its row this lane addresses
-    const int segs = (shift + hcols + 7) / 8;               // column groups of a box row holding halo columns
-    const int pairs = ph.hrows * segs, groups = (pairs + 1) / 2;
-    const uint32_t plane_bytes = static_cast<uint32_t>(sl.box_rows * sl.box_cols * 2);
-    const uint32_t discard = bars + kBarrierBytes - kDiscardBytes;
-    if (tid == 0)
+    const BoxTransposer transpose(sl, ph.hrows, hcols, shift, bars + kBarrierBytes - kDiscardBytes);
+    if (threadIdx.x == 0)
       for (int c = 0; c < sl.box_slots; ++c) issue_box(c);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = claim_stage(c, w_block + c * w_chunk_words, w_bytes);
-      const uint32_t box = boxes.acquire(c), halo = pipe + stage(s) + kp * sl.halo_plane;
-      for (int gi = warp; gi < groups; gi += kWarpgroup / 32) {
-        const int pair = min(2 * gi + mi / 2, pairs - 1);  // an odd count repeats the last pair
-        const int r = pair / segs, col = (pair - r * segs) * 8;
-        uint32_t v[4];
-        ldmatrix_x4_trans(v, box + (kp * 8 + row) * plane_bytes + (r * sl.box_cols + col) * 2);
-        const int hc = col + row - shift;
-        stmatrix_x4(hc >= 0 && hc < hcols ? halo + (r * hcols + hc) * 16 : discard, v);
-      }
+      transpose(boxes.acquire(c), pipe + stage(s));
       boxes.release(c);
       fence_proxy_async_shared();
       mbar_arrive(full(s));
-      if (tid == 0) issue_box(c + sl.box_slots);  // into chunk c's slot, once every thread has read it
+      if (threadIdx.x == 0) issue_box(c + sl.box_slots);  // into chunk c's slot, once every thread has read it
     }
   };
 
