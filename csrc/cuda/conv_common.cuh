@@ -144,31 +144,6 @@ __device__ inline acc_t warp_sum(acc_t v) {
   return v;
 }
 
-// Sums of kN values over the warp's lanes at once (kN a power of two up to 32): v[k] is a lane's
-// part of sum k. Each halving step sends half of a lane's values to its partner and keeps the
-// other half, so the kN sums take kN - 1 shuffles plus one per remaining step, where kN warp_sum
-// calls would take 5 kN in kN dependent chains. Returns, in lane l, the total of sum
-// l * kN / 32 (a fixed order: deterministic).
-template <int kN>
-__device__ inline float warp_reduce_scatter(float (&v)[kN], int lane) {
-  static_assert(kN >= 1 && kN <= 32 && (kN & (kN - 1)) == 0, "a power of two up to 32");
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    const int half = kN * o / 32;  // values each lane keeps after this step
-    if (half == 0) {
-      v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
-      continue;
-    }
-    const bool upper = (lane & o) != 0;  // keeps the upper half
-#pragma unroll
-    for (int k = 0; k < half; ++k) {
-      const float send = upper ? v[k] : v[k + half], keep = upper ? v[k + half] : v[k];
-      v[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-    }
-  }
-  return v[0];
-}
-
 // The epilogues' warps take channels warp, warp + kWarps, ...: lane i holds the bias of the
 // warp's i-th channel (one load per warp up front instead of one per channel, whose latency
 // every channel would wait for), read back with __shfl_sync(.., i).

@@ -7,11 +7,6 @@
 // (H100 SASS counts, session 24): 43% of the kernel's instructions. Lanes on whole 8-pixel
 // segments (one 16-byte vector each) were tried first and measured 15% slower on L2_19: each
 // store instruction then wrote a little to 16 rows (twice the L2 sectors per byte).
-// The GroupNorm partials: each lane keeps, per channel, the sum and M2 (about its own mean) of
-// its values, and the warp combines them for all its channels at once after the stores (Chan et
-// al.'s parallel formula; warp_reduce_scatter), where one channel at a time took two dependent
-// five-shuffle reductions and a division (H100, session 26: conv of bfloat16 L2_19 2590-2635 ->
-// 2535-2557 us, float32 3441-3464 (session 25) -> 3344-3431).
 #include <cstdint>
 
 #include "cuda/conv_common.cuh"
@@ -52,37 +47,27 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
     inside |= in << (2 * j);
     joined |= static_cast<unsigned>(in == 3u && o[1] == o[0] + 1 && o[0] % 2 == 0) << j;
   }
-  // the tile's pixels inside the output: every channel's count; the lane's own share
-  const int lane_count = __popc(inside);
-  const float count = static_cast<float>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(lane_count)));
-  const float lane_n = static_cast<float>(lane_count), lane_inv_n = lane_count > 0 ? 1.f / lane_n : 0.f;
+  // the tile's pixels inside the output: every channel's count
+  const float count = static_cast<float>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(__popc(inside))));
   const int c_valid = static_cast<int>(min(static_cast<int64_t>(BN), p.C_out_g - oc0));
   const int64_t plane = p.OH * p.OW;
   const float lane_bias = warp_lane_bias<T, BN, kWarps>(bias, p, g, oc0, c_valid, lane, warp);
   // the warp's channels kWarps apart: pointers stepped, not recomputed from 64-bit products
-  constexpr int kChPerWarp = BN / kWarps;
   const int64_t oc_warp = g * p.C_out_g + oc0 + warp;
   T* const chan_warp = out + (n * p.C_out + oc_warp) * plane;
   const int64_t chan_step = kWarps * plane;
-  // GroupNorm partials of channel i, per lane: the sum of its stored values and their M2 about
-  // the lane's own mean; combined across the lanes after the loop (Chan et al.'s formula), for
-  // all the warp's channels at once (warp_reduce_scatter)
-  float lane_sum[kChPerWarp], lane_m2[kChPerWarp];
   with_activation<float>(ep, [&](auto act) {
-#pragma unroll
-    for (int i = 0; i < kChPerWarp; ++i) {
-      lane_sum[i] = lane_m2[i] = 0.f;
-      if (warp + i * kWarps >= c_valid) continue;
-      T* const chan = chan_warp + i * chan_step;
+    T* chan = chan_warp;
+    for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i, chan += chan_step) {
+      const int64_t oc = oc_warp + i * kWarps;
       // pairs at even offsets are aligned where the channel is
       const unsigned whole = reinterpret_cast<uintptr_t>(chan) % (2 * sizeof(T)) == 0 ? joined : 0u;
       const float b = __shfl_sync(0xffffffffu, lane_bias, i);
-      const float* const row = Cs + (warp + i * kWarps) * ldc;
       float stored[2 * kPairsPerLane];
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kPairsPerLane; ++j) {
-        const float2 v = *reinterpret_cast<const float2*>(row + pair_pixel(lane, j));
+        const float2 v = *reinterpret_cast<const float2*>(Cs + c * ldc + pair_pixel(lane, j));
         const Vec<T, 2> pair = Traits::from_acc2(act(v.x + b), act(v.y + b));
         stored[2 * j] = Traits::to_acc(pair.v[0]);
         stored[2 * j + 1] = Traits::to_acc(pair.v[1]);
@@ -99,32 +84,18 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
         }
       }
       if (ep.tile_stats == nullptr) continue;
-      const float mean = sum * lane_inv_n;
+      sum = warp_sum(sum);
+      const float mean = count > 0.f ? sum / count : 0.f;
       float m2 = 0.f;
 #pragma unroll
       for (int k = 0; k < 2 * kPairsPerLane; ++k) {
         const float d = stored[k] - mean;
         if ((inside >> k) & 1u) m2 += d * d;
       }
-      lane_sum[i] = sum;
-      lane_m2[i] = m2;
+      m2 = warp_sum(m2);
+      if (lane == 0) write_tile_stats(ep, p.C_out, n, oc, tile_index, tiles_per_sample, count, mean, m2);
     }
   });
-  if (ep.tile_stats == nullptr) return;
-  // lane l ends with channel i = l * kChPerWarp / 32 of the warp
-  const int i_lane = lane * kChPerWarp / 32;
-  float total[kChPerWarp];
-#pragma unroll
-  for (int i = 0; i < kChPerWarp; ++i) total[i] = lane_sum[i];
-  const float mean = count > 0.f ? warp_reduce_scatter(total, lane) / count : 0.f;
-#pragma unroll
-  for (int i = 0; i < kChPerWarp; ++i) {
-    const float d = lane_sum[i] * lane_inv_n - __shfl_sync(0xffffffffu, mean, i * 32 / kChPerWarp);
-    total[i] = lane_m2[i] + lane_n * d * d;
-  }
-  const float m2 = warp_reduce_scatter(total, lane);
-  if (lane % (32 / kChPerWarp) == 0 && warp + i_lane * kWarps < c_valid)
-    write_tile_stats(ep, p.C_out, n, oc_warp + i_lane * kWarps, tile_index, tiles_per_sample, count, mean, m2);
 }
 
 }  // namespace cuda
