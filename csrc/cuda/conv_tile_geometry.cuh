@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/host_device.h"
 #include "cuda/conv_common.cuh"
 
 namespace myops {
@@ -112,12 +113,16 @@ __device__ inline TileOrigin locate_tile(const PhaseTable& phases, int block, in
   return {pi, (tile / ph.tiles_w) * th, (tile % ph.tiles_w) * tw};
 }
 
+// Where a tile's halo starts (input row or column), relative to the tile's first output row or
+// column of the phase grid: the phase's first tap offset less its taps' span (may be negative).
+MYOPS_HD int64_t halo_start(int64_t off0, int64_t count, int64_t off_step) { return off0 - (count - 1) * off_step; }
+
 // The input pixel at the top-left of a tile's halo (row, column; may lie outside the input).
 __device__ inline int64_t halo_row0(const PhaseEntry& ph, int j0) {
-  return j0 + ph.off0_h - int64_t(ph.count_h - 1) * ph.off_step_h;
+  return j0 + halo_start(ph.off0_h, ph.count_h, ph.off_step_h);
 }
 __device__ inline int64_t halo_col0(const PhaseEntry& ph, int i0) {
-  return i0 + ph.off0_w - int64_t(ph.count_w - 1) * ph.off_step_w;
+  return i0 + halo_start(ph.off0_w, ph.count_w, ph.off_step_w);
 }
 
 // Tap index in phase order (phases row-major by residue, then t_h-major within a phase: the order

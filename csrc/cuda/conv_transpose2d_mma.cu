@@ -139,8 +139,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     // (the host guarantees (tn * C_in + 16) * H * W < 2^31, so that is 32-bit) and index in the
     // halo (-1: none; images follow each other there). Pixels outside the image load a valid
     // address and are zeroed when stored: the loads carry no branches.
-    const int64_t row0 = j0 + ph.off0_h - (cnt_h - 1) * step_h;
-    const int64_t col0 = i0 + ph.off0_w - (cnt_w - 1) * step_w;
+    const int64_t row0 = halo_row0(ph, j0), col0 = halo_col0(ph, i0);
     int src[kPxPerThread], dst[kPxPerThread];
     unsigned inside = 0;
 #pragma unroll

@@ -84,7 +84,7 @@ InputBox wg_input_box(const ConvTranspose2dParams& p, int rows, int q, DType dty
     for (int64_t rw = 0; rw < p.sW; ++rw) {
       const PhaseTile ph = phase_tile(p, rows, 8 * q, rh, rw);
       if (ph.th.count * ph.tw.count == 0) continue;
-      const int64_t first = ph.tw.off0 - (ph.tw.count - 1) * ph.tw.off_step;  // halo_col0 - i0
+      const int64_t first = halo_start(ph.tw.off0, ph.tw.count, ph.tw.off_step);
       cols = std::max(cols, static_cast<int>((first % align + align) % align) + ph.hcols);
     }
   const int groups = (cols + align - 1) / align;
@@ -130,7 +130,8 @@ WgSmem wg_smem(const ConvTranspose2dParams& p, int rows, int q, int stages, DTyp
   s.box_offset = static_cast<uint32_t>((static_cast<size_t>(stages) * s.stage_bytes + 127) / 128 * 128);
   const size_t pipeline = box_slots > 0 ? s.box_offset + size_t(box_slots) * s.box_slot_bytes
                                         : static_cast<size_t>(stages) * s.stage_bytes;
-  const size_t epilogue = 4 * kBlockCh * s.c_ld + 8 * epilogue_pixels(rows, q);
+  // Cs, the pixel offsets, the GroupNorm lane partials (conv_epilogue_pairs)
+  const size_t epilogue = 4 * kBlockCh * s.c_ld + 8 * epilogue_pixels(rows, q) + sizeof(float2) * 32 * kBlockCh;
   s.bytes = kBarrierBytes + std::max(pipeline, epilogue);
   return s;
 }
@@ -175,16 +176,17 @@ struct BoxRing {
 // box columns outside the halo (hrows x hcols, starting `shift` columns into the box) go to a
 // discard slot. TMA zero-filled what lies outside the input.
 struct BoxTransposer {
-  int row, kp, mi, warp;  // this lane's matrix (mi) and the row of it it addresses
+  int row, mi, warp;  // this lane's matrix (mi: column group mi / 2, K-plane mi % 2) and the row of it it addresses
   int segs, pairs, hcols, shift, box_cols;
   uint32_t plane_bytes, discard, halo_plane;
   __device__ BoxTransposer(const WgSmem& sl, int hrows, int hcols_, int shift_, uint32_t discard_)
-      : row(threadIdx.x % 8), kp((threadIdx.x / 8) & 1), mi((threadIdx.x % 32) / 8), warp((threadIdx.x % kWarpgroup) / 32),
+      : row(threadIdx.x % 8), mi((threadIdx.x % 32) / 8), warp((threadIdx.x % kWarpgroup) / 32),
         segs((shift_ + hcols_ + 7) / 8), pairs(hrows * segs), hcols(hcols_), shift(shift_), box_cols(sl.box_cols),
         plane_bytes(static_cast<uint32_t>(sl.box_rows * sl.box_cols * 2)), discard(discard_),
         halo_plane(static_cast<uint32_t>(sl.halo_plane)) {}
   // box, halo: shared addresses of the box and of the stage's first K-plane
   __device__ void operator()(uint32_t box, uint32_t halo) const {
+    const int kp = mi & 1;
     halo += kp * halo_plane;
     for (int gi = warp; 2 * gi < pairs; gi += kWarpgroup / 32) {
       const int pair = min(2 * gi + mi / 2, pairs - 1);  // an odd count repeats the last pair
@@ -357,6 +359,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // The epilogue's Cs[channel][pixel] and pixel offsets overlay the pipeline.
   float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
   int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
+  float2* lane_partials = reinterpret_cast<float2*>(pix_off + kBM);
 
   // Producer: the stage of chunk c once the consumer has released it; thread 0 starts the chunk's
   // weights' bulk copy into it (completing on full).
@@ -374,8 +377,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto produce_transposed = [&](auto issue_box, const uint32_t* w_block, int64_t w_chunk_words, uint32_t w_bytes,
                                 int shift) {
     const BoxTransposer transpose(sl, ph.hrows, hcols, shift, bars + kBarrierBytes - kDiscardBytes);
-    if (threadIdx.x == 0)
-      for (int c = 0; c < sl.box_slots; ++c) issue_box(c);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = claim_stage(c, w_block + c * w_chunk_words, w_bytes);
       transpose(boxes.acquire(c), pipe + stage(s));
@@ -416,6 +417,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     auto issue_box = [&](int c) {
       if (kTma && c < n_chunks) boxes.issue(input_map, c, box_col0<Raw>(col0), row0, g * p.C_in_g + int64_t(c) * kCh, n);
     };
+    if (kTma && tid == 0)
+      for (int c = 0; c < sl.box_slots; ++c) issue_box(c);
     if constexpr (kTma && !kF32) {
       produce_transposed(issue_box, w_block, w_chunk_words, w_bytes, shift);
       return;
@@ -470,8 +473,6 @@ __global__ void __launch_bounds__(kThreads, 2)
         *reinterpret_cast<uint4*>(dst + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
       }
     };
-    if (kTma && tid == 0)
-      for (int c = 0; c < sl.box_slots; ++c) issue_box(c);
     // Without TMA, one chunk of loads in flight per thread (two measured 4% slower on the seed layers).
     load_halo(0);
     for (int c = 0; c < n_chunks; ++c) {
@@ -522,10 +523,12 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
   };
 
-  // The epilogue over `threads` threads with thread index `t` (Sync: a barrier over them).
+  // The epilogue over `threads` threads with thread index `t` (Sync: a barrier over them); the
+  // consumer alone never writes partials (they make the warpgroups join).
   auto epilogue = [&](auto threads, int t, auto sync) {
-    conv_epilogue_pairs<T, kBM, kBlockCh, decltype(threads)::value>(
-        Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
+    constexpr int kEpThreads = decltype(threads)::value;
+    conv_epilogue_pairs<T, kBM, kBlockCh, kEpThreads, kEpThreads == kThreads>(
+        Cs, sl.c_ld, lane_partials, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
         EpilogueThreads<decltype(sync)>{t, pix_off, sync}, [&](int m) -> int64_t {
           const int q = m / kStrip, r = (m % kStrip) / 8, c = 8 * q + m % 8;
           if (q >= Q || j0 + r >= ph.OHp || i0 + c >= ph.OWp) return -1;
@@ -858,7 +861,9 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // 17-row strips run on the ping-pong kernel, whose single producer must keep two consumers fed:
   // enough chunks per tile (measured with 4, on L2_11's 64 input channels in bfloat16; with
   // 16-row strips and 9 taps the ping-pong form lost to two blocks per SM: H100, L2_19 6.6 ms
-  // against 5.6, L1_57 4.5 against 3.9)
+  // against 5.6, L1_57 4.5 against 3.9; bfloat16 with 16-bit boxes in both forms, conv alone,
+  // session 26: L2_19 3.02-3.56 ms against 2.61, L1_57 4.23-4.84 against 2.04; its four-warp
+  // epilogue cannot keep up with the other consumer's short MMA phase)
   if (!force && blocks_per_sm(rows) == 1 && ceil_div(p.C_in_g, chunk_channels(dtype)) < 4) return {};
   // Two blocks per SM (one's epilogue runs under the other's MMAs) with the deepest pipeline
   // that fits, else one block with up to kMaxStages.
@@ -899,7 +904,8 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // L1_57 2.555-2.579 / 2.013-2.026 (2, 3), 2.048 (2, 2). (Read value by value, 16-bit boxes lost:
   // L2_19 2.447 / 2.615.) Where the boxes only fit one block per SM (L1_65: 21 taps per stage) they
   // lost 33% (float32); the ping-pong kernel (L2_11) has no box path (float32 1.048 / 1.320 with a
-  // per-value one). 16-bit boxes zero channels past the input only, so a chunk must not straddle
+  // per-value one; bfloat16 boxes transposed as here, issued across tile boundaries, 0.657 against
+  // 0.469 + 0.046 for NHWC staging + NHWC boxes; session 26). 16-bit boxes zero channels past the input only, so a chunk must not straddle
   // two groups' channels (else 0 x inf from the next group).
   const bool one_group_chunks = dtype == DType::F32 || p.groups == 1 || p.C_in_g % chunk_channels(dtype) == 0;
   if (allow_tma && one_group_chunks && blocks_per_sm(rows) == 2 && fits(kTwoBlocksSmem, t.stages, 0, false) &&

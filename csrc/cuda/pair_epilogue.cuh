@@ -7,6 +7,14 @@
 // (H100 SASS counts, session 24): 43% of the kernel's instructions. Lanes on whole 8-pixel
 // segments (one 16-byte vector each) were tried first and measured 15% slower on L2_19: each
 // store instruction then wrote a little to 16 rows (twice the L2 sectors per byte).
+// The GroupNorm partials (kStats): per channel, each lane leaves the sum of its stored values and
+// their M2 about its own mean in shared memory; once the warp's channels are stored, the warp
+// combines them for all its channels at once (Chan et al.'s formula, a fixed order). Reducing each
+// channel by two dependent five-shuffle chains and a division took ~0.38 ms of bfloat16 L2_19's
+// 2.6 ms conv (H100, session 26); this way the conv takes 2505 us against 2615-2632 (float32
+// 3310-3324 against 3496-3523), the epilogue-free layers unchanged (session 27). The same combine
+// through registers (every channel's partials live at once) made the kernel's code 2.5x larger
+// and the epilogue-free layers 4-7% slower.
 #include <cstdint>
 
 #include "cuda/conv_common.cuh"
@@ -21,12 +29,53 @@ namespace cuda {
 constexpr int kPairTilePixels = 256, kPairsPerLane = 4;
 __device__ inline int pair_pixel(int lane, int j) { return 128 * (lane / 16) + 32 * j + 2 * (lane % 16); }
 
+// The warp's channels' tile partials from their lane partials (partials[c * 32 + l]: lane l's sum
+// of its stored values of channel c and their M2 about its own mean, over lane_count values, the
+// same count for every channel): lane l takes channel i = l / kLanes of the warp (c = warp +
+// i * kWarps), combines 32 / kLanes lanes' partials and its kLanes - 1 neighbours' by shuffles;
+// the total's mean first, then each part's M2 moved to it (Chan et al.).
+template <int BN, int kWarps>
+__device__ inline void combine_lane_partials(const float2* partials, const ConvEpilogue& ep, int64_t channels,
+                                             int64_t n, int64_t oc_warp, int c_valid, int64_t tile_index,
+                                             int64_t tiles_per_sample, float count, int lane_count,
+                                             float lane_inv_n, int lane, int warp) {
+  constexpr int kChPerWarp = BN / kWarps, kLanes = 32 / kChPerWarp, kParts = 32 / kLanes;
+  static_assert(kChPerWarp * kWarps == BN && kChPerWarp * kLanes == 32, "whole channels per warp, lanes per channel");
+  __syncwarp();  // the warp's partials are in shared memory
+  const int i = lane / kLanes;
+  const int first = (lane % kLanes) * kParts;  // the lanes whose partials this lane combines
+  const float2* part = partials + (warp + i * kWarps) * 32 + first;
+  float2 v[kParts];
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < kParts; ++k) {
+    v[k] = part[k];
+    sum += v[k].x;
+  }
+#pragma unroll
+  for (int o = 1; o < kLanes; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float mean = count > 0.f ? sum / count : 0.f;
+  float m2 = 0.f;
+#pragma unroll
+  for (int k = 0; k < kParts; ++k) {
+    const float n_k = static_cast<float>(__shfl_sync(0xffffffffu, lane_count, first + k));
+    const float d = v[k].x * __shfl_sync(0xffffffffu, lane_inv_n, first + k) - mean;
+    m2 += v[k].y + n_k * d * d;
+  }
+#pragma unroll
+  for (int o = 1; o < kLanes; o *= 2) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
+  if (lane % kLanes == 0 && warp + i * kWarps < c_valid)
+    write_tile_stats(ep, channels, n, oc_warp + i * kWarps, tile_index, tiles_per_sample, count, mean, m2);
+}
+
 // As conv_epilogue (same arguments and results, one image per tile): bias, activation, stores,
 // and per channel the GroupNorm partials of the stored values. A pair with a pixel outside the
 // output, not consecutive in memory (column stride > 1) or not aligned to its size stores value
 // by value.
-template <typename T, int BM, int BN, int kThreads, typename Sync, typename PixelOffset>
-__device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bias, T* __restrict__ out,
+// kStats: whether the tile partials may be asked for (ep.tile_stats); partials: [BN][32] lane
+// partials in shared memory (kStats only).
+template <typename T, int BM, int BN, int kThreads, bool kStats, typename Sync, typename PixelOffset>
+__device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const T* __restrict__ bias, T* __restrict__ out,
                                     const ConvTranspose2dParams& p, const ConvEpilogue& ep, int64_t n, int64_t g,
                                     int64_t oc0, int64_t tile_index, int64_t tiles_per_sample,
                                     EpilogueThreads<Sync> ew, PixelOffset pixel_offset) {
@@ -48,7 +97,10 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
     joined |= static_cast<unsigned>(in == 3u && o[1] == o[0] + 1 && o[0] % 2 == 0) << j;
   }
   // the tile's pixels inside the output: every channel's count
-  const float count = static_cast<float>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(__popc(inside))));
+  const int lane_count = __popc(inside);
+  const float count = static_cast<float>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(lane_count)));
+  const float lane_inv_n = lane_count > 0 ? 1.f / static_cast<float>(lane_count) : 0.f;
+  const bool stats = kStats && ep.tile_stats != nullptr;
   const int c_valid = static_cast<int>(min(static_cast<int64_t>(BN), p.C_out_g - oc0));
   const int64_t plane = p.OH * p.OW;
   const float lane_bias = warp_lane_bias<T, BN, kWarps>(bias, p, g, oc0, c_valid, lane, warp);
@@ -59,7 +111,6 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
   with_activation<float>(ep, [&](auto act) {
     T* chan = chan_warp;
     for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i, chan += chan_step) {
-      const int64_t oc = oc_warp + i * kWarps;
       // pairs at even offsets are aligned where the channel is
       const unsigned whole = reinterpret_cast<uintptr_t>(chan) % (2 * sizeof(T)) == 0 ? joined : 0u;
       const float b = __shfl_sync(0xffffffffu, lane_bias, i);
@@ -83,19 +134,19 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, const T* __restrict__ bi
             }
         }
       }
-      if (ep.tile_stats == nullptr) continue;
-      sum = warp_sum(sum);
-      const float mean = count > 0.f ? sum / count : 0.f;
+      if (!stats) continue;
+      const float lane_mean = sum * lane_inv_n;
       float m2 = 0.f;
 #pragma unroll
       for (int k = 0; k < 2 * kPairsPerLane; ++k) {
-        const float d = stored[k] - mean;
+        const float d = stored[k] - lane_mean;
         if ((inside >> k) & 1u) m2 += d * d;
       }
-      m2 = warp_sum(m2);
-      if (lane == 0) write_tile_stats(ep, p.C_out, n, oc, tile_index, tiles_per_sample, count, mean, m2);
+      partials[c * 32 + lane] = make_float2(sum, m2);
     }
   });
+  if (stats) combine_lane_partials<BN, kWarps>(partials, ep, p.C_out, n, oc_warp, c_valid, tile_index,
+                                               tiles_per_sample, count, lane_count, lane_inv_n, lane, warp);
 }
 
 }  // namespace cuda
