@@ -21,8 +21,10 @@ struct Errors {
   }
 };
 
+// max_abs, max_rel_tail: the bounds the form must meet
 template <typename Fast, typename Torch, typename Ref>
-bool check(const char* name, uint32_t stride, Fast fast, Torch torch_f32, Ref ref) {
+bool check(const char* name, uint32_t stride, Fast fast, Torch torch_f32, Ref ref, double max_abs = 1.25e-7,
+           double max_rel_tail = 3e-6) {
   Errors e_fast, e_torch;
   for (uint64_t b = 0; b < 0x80000000u; b += stride) {
     for (uint32_t sign : {0u, 0x80000000u}) {
@@ -39,7 +41,7 @@ bool check(const char* name, uint32_t stride, Fast fast, Torch torch_f32, Ref re
   const float inf = INFINITY;
   const bool limits_ok = fast(inf) == inf && std::isnan(fast(-inf)) && std::isnan(fast(NAN)) && fast(0.0f) == 0.0f &&
               std::signbit(fast(-0.0f));
-  const bool ok = limits_ok && e_fast.abs <= 1.25e-7 && e_fast.rel_tail <= 3e-6;
+  const bool ok = limits_ok && e_fast.abs <= max_abs && e_fast.rel_tail <= max_rel_tail;
   std::printf("%s: max |err|/max(1,|x|) %.3g (PyTorch's float32 formula %.3g), tail relative %.3g (%.3g), limits %s: %s\n",
               name, e_fast.abs, e_torch.abs, e_fast.rel_tail, e_torch.rel_tail, limits_ok ? "ok" : "WRONG",
               ok ? "ok" : "FAILED");
@@ -55,9 +57,14 @@ int main(int argc, char** argv) {
   const bool erf_ok = check(
       "gelu erf", stride, gelu_erf_fast, [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678f)); },
       [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); });
+  // outputs rounded to 16 bits: within 1e-5, 2% of half a float16 ulp (2^-11)
+  const bool erf16_ok = check(
+      "gelu erf, 16-bit outputs", stride, myops::cuda::gelu_erf_fast_16bit,
+      [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678f)); },
+      [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, 1e-5, 1e-5);
   const bool tanh_ok = check(
       "gelu tanh", stride, gelu_tanh_fast,
       [](float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))); },
       [](double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); });
-  return erf_ok && tanh_ok ? 0 : 1;
+  return erf_ok && erf16_ok && tanh_ok ? 0 : 1;
 }

@@ -190,7 +190,7 @@ __device__ void store_unit_outputs(typename DTypeTraits<T>::acc_t* Cs, int ldc, 
                                    int lane, int warp) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   using Traits = DTypeTraits<T>;
-  with_activation<acc_t>(ep, [&](auto act) {
+  with_activation<acc_t, T>(ep, [&](auto act) {
     for (int m = warp; m < BM; m += kWarps) {
       const int64_t o = pix_off[m];
       for (int c = lane; c < c_valid; c += 32) {
@@ -234,7 +234,7 @@ __device__ void conv_epilogue(typename DTypeTraits<T>::acc_t* Cs, int ldc,
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) off[j] = pix_off[lane + 32 * j];
     const acc_t lane_bias = warp_lane_bias<T, BN, kWarps>(bias, p, g, oc0, c_valid, lane, warp);
-    with_activation<acc_t>(ep, [&](auto act) {
+    with_activation<acc_t, T>(ep, [&](auto act) {
       for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i) {
         const int64_t oc = g * p.C_out_g + oc0 + c;
         T* chan = out + (n * p.C_out + oc) * plane;

@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same<T, double>::value ? 2 :
     const int64_t plane = p.OH * p.OW;
     T* out_tile = out + (n * p.C_out + g * p.C_out_g + oc0) * plane + static_cast<int64_t>(oh0) * OW + ow0;
     const bool full_width = ow_end - ow0 == kTW;
-    with_activation<acc_t>(ep, [&](auto act) {
+    with_activation<acc_t, T>(ep, [&](auto act) {
       for (int unit = warp; unit < rows_out * kUnitsPerRow; unit += kWarps) {
         const int r = unit / kUnitsPerRow, c_begin = (unit % kUnitsPerRow) * kChPerUnit;
         const int c_end = min(c_begin + kChPerUnit, c_valid);

@@ -10,6 +10,7 @@
 #include "cuda/hopper_pipeline.cuh"
 #include "cuda/input_tensor_map.cuh"
 #include "cuda/pair_epilogue.cuh"
+#include "cuda/small_quotient.cuh"
 #include "cuda/wgmma_epilogue.cuh"
 #include "cuda/wgmma_ops.cuh"
 
@@ -178,11 +179,13 @@ struct BoxRing {
 struct BoxTransposer {
   int row, mi, warp;  // this lane's matrix (mi: column group mi / 2, K-plane mi % 2) and the row of it it addresses
   int segs, pairs, hcols, shift, box_cols;
+  float inv_segs;  // pair -> (row, segment) by quotient_small: an integer division issued 7.5% of
+                   // bfloat16 L2_19's conv instructions (H100 SourceCounters, session 27)
   uint32_t plane_bytes, discard, halo_plane;
   __device__ BoxTransposer(const WgSmem& sl, int hrows, int hcols_, int shift_, uint32_t discard_)
       : row(threadIdx.x % 8), mi((threadIdx.x % 32) / 8), warp((threadIdx.x % kWarpgroup) / 32),
         segs((shift_ + hcols_ + 7) / 8), pairs(hrows * segs), hcols(hcols_), shift(shift_), box_cols(sl.box_cols),
-        plane_bytes(static_cast<uint32_t>(sl.box_rows * sl.box_cols * 2)), discard(discard_),
+        inv_segs(1.f / static_cast<float>(segs)), plane_bytes(static_cast<uint32_t>(sl.box_rows * sl.box_cols * 2)), discard(discard_),
         halo_plane(static_cast<uint32_t>(sl.halo_plane)) {}
   // box, halo: shared addresses of the box and of the stage's first K-plane
   __device__ void operator()(uint32_t box, uint32_t halo) const {
@@ -190,7 +193,7 @@ struct BoxTransposer {
     halo += kp * halo_plane;
     for (int gi = warp; 2 * gi < pairs; gi += kWarpgroup / 32) {
       const int pair = min(2 * gi + mi / 2, pairs - 1);  // an odd count repeats the last pair
-      const int r = pair / segs, col = (pair - r * segs) * 8;
+      const int r = quotient_small(pair, inv_segs), col = (pair - r * segs) * 8;
       uint32_t v[4];
       ldmatrix_x4_trans(v, box + (kp * 8 + row) * plane_bytes + (r * box_cols + col) * 2);
       const int hc = col + row - shift;
@@ -346,7 +349,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   const int64_t n = n_base + blockIdx.z;
   const int64_t col_tiles = (p.C_out_g + kBlockCh - 1) / kBlockCh;
-  const int64_t g = blockIdx.y / col_tiles, ct = blockIdx.y % col_tiles, oc0 = ct * kBlockCh;
+  // 32-bit (the launch keeps col_tiles and gridDim.y below 2^16): a 64-bit division is ~100 instructions
+  const int64_t g = blockIdx.y / static_cast<unsigned>(col_tiles), ct = blockIdx.y % static_cast<unsigned>(col_tiles);
+  const int64_t oc0 = ct * kBlockCh;
   const TileOrigin origin = locate_tile(phases, static_cast<int>(blockIdx.x), R, kTW);
   const PhaseEntry& ph = phases.e[origin.phase];
   const int j0 = origin.j0, i0 = origin.i0;

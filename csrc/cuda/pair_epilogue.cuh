@@ -108,7 +108,7 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const 
   const int64_t oc_warp = g * p.C_out_g + oc0 + warp;
   T* const chan_warp = out + (n * p.C_out + oc_warp) * plane;
   const int64_t chan_step = kWarps * plane;
-  with_activation<float>(ep, [&](auto act) {
+  with_activation<float, T>(ep, [&](auto act) {
     T* chan = chan_warp;
     for (int c = warp, i = 0; c < c_valid; c += kWarps, ++i, chan += chan_step) {
       // pairs at even offsets are aligned where the channel is

@@ -84,7 +84,7 @@ __device__ void wgmma_epilogue(float (&acc)[Q][4 * R], int tid, const T* __restr
     const bool window_min = kWindows && ep.window_sign != nullptr && ch_ok &&
                             Traits::to_acc(static_cast<const T*>(ep.window_sign)[oc]) < 0.f;
     float sum = 0.f;
-    with_activation<float>(ep, [&](auto act) {
+    with_activation<float, T>(ep, [&](auto act) {
 #pragma unroll
       for (int q = 0; q < Q; ++q) {
         const int col = 8 * q + 2 * tq;
