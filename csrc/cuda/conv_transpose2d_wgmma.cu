@@ -185,8 +185,8 @@ struct BoxTransposer {
   __device__ BoxTransposer(const WgSmem& sl, int hrows, int hcols_, int shift_, uint32_t discard_)
       : row(threadIdx.x % 8), mi((threadIdx.x % 32) / 8), warp((threadIdx.x % kWarpgroup) / 32),
         segs((shift_ + hcols_ + 7) / 8), pairs(hrows * segs), hcols(hcols_), shift(shift_), box_cols(sl.box_cols),
-        inv_segs(1.f / static_cast<float>(segs)), plane_bytes(static_cast<uint32_t>(sl.box_rows * sl.box_cols * 2)), discard(discard_),
-        halo_plane(static_cast<uint32_t>(sl.halo_plane)) {}
+        inv_segs(1.f / static_cast<float>(segs)), plane_bytes(static_cast<uint32_t>(sl.box_rows * sl.box_cols * 2)),
+        discard(discard_), halo_plane(static_cast<uint32_t>(sl.halo_plane)) {}
   // box, halo: shared addresses of the box and of the stage's first K-plane
   __device__ void operator()(uint32_t box, uint32_t halo) const {
     const int kp = mi & 1;
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int b_cols = kNhwc ? sl.box_cols : hcols;  // halo pixels per row in a stage
 
   const NamedBarrier consumers{1, kWarpgroup};
-  // The epilogue's Cs[channel][pixel] and pixel offsets overlay the pipeline.
+  // The epilogue's Cs[channel][pixel], pixel offsets and GroupNorm lane partials overlay the pipeline.
   float* Cs = reinterpret_cast<float*>(smem + kBarrierBytes);
   int64_t* pix_off = reinterpret_cast<int64_t*>(Cs + kBlockCh * sl.c_ld);
   float2* lane_partials = reinterpret_cast<float2*>(pix_off + kBM);
@@ -910,8 +910,8 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // L2_19 2.447 / 2.615.) Where the boxes only fit one block per SM (L1_65: 21 taps per stage) they
   // lost 33% (float32); the ping-pong kernel (L2_11) has no box path (float32 1.048 / 1.320 with a
   // per-value one; bfloat16 boxes transposed as here, issued across tile boundaries, 0.657 against
-  // 0.469 + 0.046 for NHWC staging + NHWC boxes; session 26). 16-bit boxes zero channels past the input only, so a chunk must not straddle
-  // two groups' channels (else 0 x inf from the next group).
+  // 0.469 + 0.046 for NHWC staging + NHWC boxes; session 26). 16-bit boxes zero channels past the
+  // input only, so a chunk must not straddle two groups' channels (else 0 x inf from the next group).
   const bool one_group_chunks = dtype == DType::F32 || p.groups == 1 || p.C_in_g % chunk_channels(dtype) == 0;
   if (allow_tma && one_group_chunks && blocks_per_sm(rows) == 2 && fits(kTwoBlocksSmem, t.stages, 0, false) &&
       input_box_supported(p, dtype, wg_input_box(p, rows, q, dtype))) {

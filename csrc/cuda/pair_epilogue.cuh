@@ -75,7 +75,8 @@ __device__ inline void combine_lane_partials(const float2* partials, const ConvE
 // kStats: whether the tile partials may be asked for (ep.tile_stats); partials: [BN][32] lane
 // partials in shared memory (kStats only).
 template <typename T, int BM, int BN, int kThreads, bool kStats, typename Sync, typename PixelOffset>
-__device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const T* __restrict__ bias, T* __restrict__ out,
+__device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const T* __restrict__ bias,
+                                    T* __restrict__ out,
                                     const ConvTranspose2dParams& p, const ConvEpilogue& ep, int64_t n, int64_t g,
                                     int64_t oc0, int64_t tile_index, int64_t tiles_per_sample,
                                     EpilogueThreads<Sync> ew, PixelOffset pixel_offset) {
