@@ -54,14 +54,12 @@ int main(int argc, char** argv) {
   const uint32_t stride = argc > 1 ? static_cast<uint32_t>(std::atoi(argv[1])) : 1;
   using myops::cuda::gelu_erf_fast;
   using myops::cuda::gelu_tanh_fast;
-  const bool erf_ok = check(
-      "gelu erf", stride, gelu_erf_fast, [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678f)); },
-      [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); });
+  const auto torch_erf = [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678f)); };
+  const auto ref_erf = [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); };
+  const bool erf_ok = check("gelu erf", stride, gelu_erf_fast, torch_erf, ref_erf);
   // outputs rounded to 16 bits: within 1e-5, 2% of half a float16 ulp (2^-11)
-  const bool erf16_ok = check(
-      "gelu erf, 16-bit outputs", stride, myops::cuda::gelu_erf_fast_16bit,
-      [](float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678f)); },
-      [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, 1e-5, 1e-5);
+  const bool erf16_ok =
+      check("gelu erf, 16-bit outputs", stride, myops::cuda::gelu_erf_fast_16bit, torch_erf, ref_erf, 1e-5, 1e-5);
   const bool tanh_ok = check(
       "gelu tanh", stride, gelu_tanh_fast,
       [](float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))); },

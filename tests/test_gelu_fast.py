@@ -1,7 +1,7 @@
 """The float32 GELU forms of the CUDA conv epilogues (csrc/cuda/gelu_fast.cuh; the exact one also
-in its form for 16-bit outputs), checked on the host against float64 over every 97th float32 in [-40, 40] (scripts/check_gelu_fast.cu; nvcc compiles it
-on any machine, GPU or not). The device versions differ only by ex2.approx / __fdividef (2 ulp);
-the fused-op tests on CUDA cover them there."""
+in its form for 16-bit outputs), checked on the host against float64 over every 97th float32 in
+[-40, 40] (scripts/check_gelu_fast.cu; nvcc compiles it on any machine, GPU or not). The device
+versions differ only by ex2.approx / __fdividef (2 ulp); the fused-op tests on CUDA cover them there."""
 import os
 import shutil
 import subprocess
