@@ -1,4 +1,5 @@
 """Small CUDA calls of every op for compute-sanitizer (memcheck / racecheck); checks results too."""
+import os
 import sys
 
 import torch
@@ -27,9 +28,13 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
     (2, 6, 20, 2, 9, 40, (3, 4), (2, 3), (1, 1), (0, 1), (1, 2), True),     # direct: several tiles
 ]
 worst = 0.0
-# float32 twice: TF32 (tensor cores) and strict (allow_tf32 off: the FFMA mode, generic kernel)
-for dtype, tf32 in ((torch.float32, True), (torch.float32, False), (torch.bfloat16, True), (torch.float64, True)):
+# float32 three times: TF32 (tensor cores), strict (allow_tf32 off) through our FFMA kernels, and
+# strict through cuDNN's conv and our passes after it (GroupNorm read through GELU)
+for dtype, tf32, source in ((torch.float32, True, "myops"), (torch.float32, False, "myops"),
+                            (torch.float32, False, "cudnn"), (torch.bfloat16, True, "myops"),
+                            (torch.float64, True, "myops")):
     torch.backends.cudnn.allow_tf32 = tf32
+    os.environ["MYOPS_STRICT_FP32_CONV"] = source
     for n, cin, cog, g, h, w, k, s, p, op, d, has_b in CONFIGS:
         x = torch.randn(n, cin, h, w, device=dev, dtype=dtype)
         wt = torch.randn(cin, cog, *k, device=dev, dtype=dtype)

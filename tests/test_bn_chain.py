@@ -59,7 +59,12 @@ def random_case(rng, dtype, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype,count", RANDOM_RUNS, ids=lambda v: str(v))
 def test_random_configs_match_pytorch_chain(device, dtype, count):
-    rng = random.Random(7 + count)
+    check_random_chain(random.Random(7 + count), count, dtype, device)
+
+
+def check_random_chain(rng, count, dtype, device):
+    """The one-call Python API on `count` random cases against the float64 chain, running buffers
+    included."""
     for i in range(count):
         cfg, x, w, b, bn, pool, num_groups, gn_w, gn_b = random_case(rng, dtype, device)
         rm64, rv64 = f64(bn["running_mean"]), f64(bn["running_var"])

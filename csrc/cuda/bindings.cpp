@@ -12,6 +12,7 @@
 #include "cuda/channels_last_input.cuh"
 #include "cuda/conv_transpose2d.cuh"
 #include "cuda/norm_act.cuh"
+#include "cuda/strict_fp32_conv.h"
 #include "shapes.h"
 
 namespace myops {
@@ -126,15 +127,43 @@ at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tenso
   return out;
 }
 
+// cuDNN's transposed convolution of call p as contiguous NCHW (the layout our passes read).
+at::Tensor cudnn_conv(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                      const ConvTranspose2dParams& p) {
+  return at::conv_transpose2d(input, weight, bias, {p.sH, p.sW}, {p.pH, p.pW}, {p.opH, p.opW}, p.groups,
+                              {p.dH, p.dW})
+      .contiguous();
+}
+
+// Whose conv runs a call: ours, except for float32 with TF32 off, where the faster of ours and
+// cuDNN's for the call's shape (strict_fp32_conv.h); run(source) runs the whole op. `extra`: the
+// op's own arguments that change its cost.
+template <typename Run>
+ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
+                       const std::optional<at::Tensor>& bias, const std::string& extra, const Run& run) {
+  if (input.scalar_type() != at::kFloat || fp32_math() != cuda::Fp32Math::Exact) return ConvSource::Myops;
+  std::string key = std::string(op) + "|" + extra;
+  for (const int64_t v : {p.N, p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH,
+                          p.opW, p.dH, p.dW})
+    key += "," + std::to_string(v);
+  key += input.is_contiguous(at::MemoryFormat::ChannelsLast) ? "|nhwc" : "|nchw";
+  key += bias.has_value() ? "|bias" : "";
+  return strict_fp32_conv_source(key, at::cuda::getCurrentCUDAStream(), [&](ConvSource s) { run(s); });
+}
+
 at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
                                  c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
                                  c10::SymInt groups, c10::SymIntArrayRef dilation) {
-  const auto p = check_conv_transpose2d("conv_transpose2d", input, weight, bias, stride, padding,
-                                        output_padding, groups, dilation);
+  constexpr const char* kOp = "conv_transpose2d";
+  const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  return conv_forward("conv_transpose2d", input, weight, bias, p, kernel_call(p, input), {})
-      .contiguous(output_memory_format(input));
+  auto run = [&](ConvSource source) {
+    const at::Tensor out = source == ConvSource::Cudnn ? cudnn_conv(input, weight, bias, p)
+                                                       : conv_forward(kOp, input, weight, bias, p, kernel_call(p, input), {});
+    return out.contiguous(output_memory_format(input));
+  };
+  return run(conv_source(kOp, p, input, bias, "", run));
 }
 
 at::Tensor gelu_cuda(const at::Tensor& self, c10::string_view approximate) {
@@ -149,16 +178,33 @@ at::Tensor gelu_cuda(const at::Tensor& self, c10::string_view approximate) {
   return out;
 }
 
-// Normalises contiguous x [N, C, *] into y with freshly computed or given statistics.
+// Normalises contiguous x [N, C, *] (read through pre) into y with freshly computed or given
+// statistics.
 void group_norm_apply(const char* op, const at::Tensor& x, at::Tensor& y, int64_t num_groups,
                       const at::Tensor& mean, const at::Tensor& rstd,
-                      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+                      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                      cuda::PreGelu pre = {}) {
   const auto [N, C, HW] = n_c_hw(x);
   const at::Tensor gamma = contiguous_or_undefined(weight), beta = contiguous_or_undefined(bias);
   check_launch(cuda::group_norm_apply(x.const_data_ptr(), y.data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW,
                                       num_groups, mean.const_data_ptr<double>(), rstd.const_data_ptr<double>(),
-                                      ptr_or_null(gamma), ptr_or_null(beta), at::cuda::getCurrentCUDAStream()),
+                                      ptr_or_null(gamma), ptr_or_null(beta), at::cuda::getCurrentCUDAStream(), pre),
                op);
+}
+
+// GroupNorm's mean / rstd (float64, [N * num_groups]) of contiguous x [N, C, *] read through pre.
+struct GroupStats {
+  at::Tensor mean, rstd;
+};
+GroupStats group_stats(const char* op, const at::Tensor& x, int64_t num_groups, double eps, cuda::PreGelu pre = {}) {
+  const auto [N, C, HW] = n_c_hw(x);
+  const auto stat_opts = x.options().dtype(at::kDouble);
+  GroupStats s{at::empty({N * num_groups}, stat_opts), at::empty({N * num_groups}, stat_opts)};
+  check_launch(cuda::group_norm_stats(x.const_data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW, num_groups, eps,
+                                      s.mean.data_ptr<double>(), s.rstd.data_ptr<double>(),
+                                      at::cuda::getCurrentCUDAStream(), pre),
+               op);
+  return s;
 }
 
 at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
@@ -168,25 +214,37 @@ at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
   const c10::cuda::CUDAGuard guard(input.device());
   const at::Tensor x = input.contiguous();
   at::Tensor out = at::empty_like(x);
-  const auto [N, C, HW] = n_c_hw(x);
-  const auto stat_opts = x.options().dtype(at::kDouble);
-  at::Tensor mean = at::empty({N * num_groups}, stat_opts), rstd = at::empty({N * num_groups}, stat_opts);
-  check_launch(cuda::group_norm_stats(x.const_data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW, num_groups,
-                                      eps, mean.data_ptr<double>(), rstd.data_ptr<double>(),
-                                      at::cuda::getCurrentCUDAStream()),
-               "group_norm");
-  group_norm_apply("group_norm", x, out, num_groups, mean, rstd, weight, bias);
+  const GroupStats s = group_stats("group_norm", x, num_groups, eps);
+  group_norm_apply("group_norm", x, out, num_groups, s.mean, s.rstd, weight, bias);
   return out.contiguous(output_memory_format(input));
 }
 
-// conv + bias + GELU, writing per-tile GroupNorm partials, then their fixed-order reduction:
-// the un-normalised output (contiguous NCHW) and mean / rstd (float64, [N * num_groups]).
+// conv + bias + GELU with GroupNorm's statistics: the un-normalised output (contiguous NCHW) and
+// mean / rstd (float64, [N * num_groups]). Our conv writes per-tile partials from its epilogue,
+// reduced in a fixed order. cuDNN's output gets GELU in place, or (gelu_may_wait) not at all: the
+// statistics then read it through GELU, and so must the normalisation (`pending`), which saves
+// a write and a read of the output.
 struct GeluGroupStats {
   at::Tensor out, mean, rstd;
+  cuda::PreGelu pending;
 };
-GeluGroupStats conv_gelu_group_stats(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                                     const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
-                                     GeluApprox approx, int64_t num_groups, double eps) {
+GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at::Tensor& input,
+                                     const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                     const ConvTranspose2dParams& p, GeluApprox approx, int64_t num_groups,
+                                     double eps, bool gelu_may_wait) {
+  if (source == ConvSource::Cudnn) {
+    GeluGroupStats r;
+    r.out = cudnn_conv(input, weight, bias, p);
+    r.pending = {gelu_may_wait, approx};
+    if (!gelu_may_wait)
+      check_launch(cuda::gelu_forward(r.out.const_data_ptr(), r.out.data_ptr(), r.out.numel(),
+                                      kernel_dtype(r.out.scalar_type()), approx, at::cuda::getCurrentCUDAStream()),
+                   op);
+    GroupStats s = group_stats(op, r.out, num_groups, eps, r.pending);
+    r.mean = s.mean;
+    r.rstd = s.rstd;
+    return r;
+  }
   const KernelCall k = kernel_call(p, input);
   const int64_t tiles = k.plan.tiles_per_sample;
   const auto stats_dtype = compute_dtype(input.scalar_type());
@@ -213,14 +271,20 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps) {
   constexpr const char* kOp = "conv_transpose2d_gelu_group_norm";
-  const auto [p, approx] = check_conv_transpose2d_gelu_group_norm(
+  // named members, not structured bindings: the lambdas below capture them (C++17)
+  const ConvGeluGroupNorm checked = check_conv_transpose2d_gelu_group_norm(
       kOp, input, weight, bias, stride, padding, output_padding, groups, dilation, approximate, num_groups,
       gn_weight, gn_bias);
+  const ConvTranspose2dParams& p = checked.conv;
+  const GeluApprox approx = checked.approx;
   const c10::cuda::CUDAGuard guard(input.device());
-  // 1) conv + bias + GELU with GroupNorm partials, reduced to mean / rstd; 2) normalise in place.
-  GeluGroupStats r = conv_gelu_group_stats(kOp, input, weight, bias, p, approx, num_groups, eps);
-  group_norm_apply(kOp, r.out, r.out, num_groups, r.mean, r.rstd, gn_weight, gn_bias);
-  return r.out.contiguous(output_memory_format(input));
+  // 1) conv + bias + GELU with GroupNorm's statistics; 2) normalise in place.
+  auto run = [&](ConvSource source) {
+    GeluGroupStats r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, true);
+    group_norm_apply(kOp, r.out, r.out, num_groups, r.mean, r.rstd, gn_weight, gn_bias, r.pending);
+    return r.out.contiguous(output_memory_format(input));
+  };
+  return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), run));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats_cuda(
@@ -229,35 +293,51 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
     c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     double eps) {
   constexpr const char* kOp = "conv_transpose2d_gelu_group_stats";
-  const auto [p, approx] = check_conv_transpose2d_gelu_group_norm(
+  // named members, not structured bindings: the lambdas below capture them (C++17)
+  const ConvGeluGroupNorm checked = check_conv_transpose2d_gelu_group_norm(
       kOp, input, weight, bias, stride, padding, output_padding, groups, dilation, approximate, num_groups,
       std::nullopt, std::nullopt);
+  const ConvTranspose2dParams& p = checked.conv;
+  const GeluApprox approx = checked.approx;
   const c10::cuda::CUDAGuard guard(input.device());
-  GeluGroupStats r = conv_gelu_group_stats(kOp, input, weight, bias, p, approx, num_groups, eps);
-  const auto stats_dtype = compute_dtype(input.scalar_type());
-  return {r.out.contiguous(output_memory_format(input)), r.mean.view({p.N, num_groups}).to(stats_dtype),
-          r.rstd.view({p.N, num_groups}).to(stats_dtype)};
+  auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
+    GeluGroupStats r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, false);
+    const auto stats_dtype = compute_dtype(input.scalar_type());
+    return {r.out.contiguous(output_memory_format(input)), r.mean.view({p.N, num_groups}).to(stats_dtype),
+            r.rstd.view({p.N, num_groups}).to(stats_dtype)};
+  };
+  return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), run));
 }
 
-// conv with BatchNorm's batch statistics: the epilogue (ep, which this completes) writes per-tile
-// (count, mean, M2) of the stored output, and a fixed-order reduction per channel gives the mean
-// and biased variance (float32; float64 for float64 input).
+// conv with BatchNorm's batch statistics, the mean and biased variance (float32; float64 for
+// float64 input). Our conv's epilogue (ep, which this completes) writes per-tile (count, mean, M2)
+// of the stored output, reduced per channel in a fixed order; cuDNN's output (ep unused: the
+// caller asks for no window stores then) gets PyTorch's var_mean.
 struct ChannelStats {
   at::Tensor out, mean, var;
 };
-ChannelStats conv_channel_stats(const char* op, const at::Tensor& input, const at::Tensor& weight,
+ChannelStats conv_channel_stats(const char* op, ConvSource source, const at::Tensor& input, const at::Tensor& weight,
                                 const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
                                 const KernelCall& k, cuda::ConvEpilogue ep) {
   const auto stats_dtype = compute_dtype(input.scalar_type());
-  at::Tensor tile_stats = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
-  ep.tile_stats = tile_stats.data_ptr();
+  at::Tensor tile_stats;
   ChannelStats r;
-  r.out = conv_forward(op, input, weight, bias, p, k, ep);
+  if (source == ConvSource::Cudnn) {
+    r.out = cudnn_conv(input, weight, bias, p);
+  } else {
+    tile_stats = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
+    ep.tile_stats = tile_stats.data_ptr();
+    r.out = conv_forward(op, input, weight, bias, p, k, ep);
+  }
   r.mean = at::empty({p.C_out}, input.options().dtype(stats_dtype));
   r.var = at::empty({p.C_out}, input.options().dtype(stats_dtype));
   if (p.N * p.OH * p.OW == 0) {
     r.mean.zero_();
     r.var.fill_(std::numeric_limits<double>::quiet_NaN());
+  } else if (source == ConvSource::Cudnn) {
+    const auto var_mean = at::var_mean(r.out, at::IntArrayRef{0, 2, 3}, /*unbiased=*/false);
+    r.var.copy_(std::get<0>(var_mean));
+    r.mean.copy_(std::get<1>(var_mean));
   } else {
     check_launch(cuda::channel_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
                                                 p.C_out, k.plan.tiles_per_sample, r.mean.data_ptr(), r.var.data_ptr(),
@@ -275,8 +355,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
   const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding,
                                         groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  ChannelStats r = conv_channel_stats(kOp, input, weight, bias, p, kernel_call(p, input), {});
-  return {r.out.contiguous(output_memory_format(input)), r.mean, r.var};
+  auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
+    ChannelStats r = conv_channel_stats(kOp, source, input, weight, bias, p, kernel_call(p, input), {});
+    return {r.out.contiguous(output_memory_format(input)), r.mean, r.var};
+  };
+  return run(conv_source(kOp, p, input, bias, "", run));
 }
 
 // BN (given statistics) + tanh + max-pool + GroupNorm of contiguous NCHW x with pooling q, into a
@@ -351,37 +434,46 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
     int64_t num_groups, const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
     double gn_eps) {
   constexpr const char* kOp = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm";
-  const auto [p, q] = check_conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+  const ConvBatchNormChain checked = check_conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
       kOp, input, weight, bias, stride, padding, output_padding, groups, dilation, mean, var, bn_weight, bn_bias,
       training, kernel_size, pool_stride, pool_padding, pool_dilation, num_groups, gn_weight, gn_bias);
+  const ConvTranspose2dParams& p = checked.conv;
+  const Pool2dParams& q = checked.pool;
   const c10::cuda::CUDAGuard guard(input.device());
-  const KernelCall k = kernel_call(p, input);
-  const auto dtype = kernel_dtype(input.scalar_type());
-  cuda::ConvEpilogue ep;
-  const int64_t tile_rows =
-      cuda::pool_is_2x2(q) && k.channel_fold == 1 ? cuda::conv_plan_window_rows(k.p, k.plan, dtype) : 0;
-  const int64_t split_rows =
-      tile_rows > 0 && cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, p.N, p.C_out, num_groups, q, tile_rows)
-          ? tile_rows
-          : 0;
-  at::Tensor sign;  // holds window_sign's memory until the conv has run
-  if (split_rows > 0) {
-    ep.pool_windows = true;
-    if (bn_weight.has_value()) sign = bn_weight->contiguous();
-    ep.window_sign = ptr_or_null(sign);
-  }
-  ChannelStats r;  // batch statistics in training, else empty
-  if (training) {
-    r = conv_channel_stats(kOp, input, weight, bias, p, k, ep);
-  } else {
-    r.out = conv_forward(kOp, input, weight, bias, p, k, ep);
-    r.mean = at::empty({0}, input.options().dtype(compute_dtype(input.scalar_type())));
-    r.var = at::empty_like(r.mean);
-  }
-  const at::Tensor y = bn_tanh_pool_group_norm(kOp, r.out, q, split_rows, training ? r.mean : *mean,
-                                               training ? r.var : *var, bn_weight, bn_bias, bn_eps, num_groups,
-                                               gn_weight, gn_bias, gn_eps);
-  return {y.contiguous(output_memory_format(input)), r.mean, r.var};
+  auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
+    const KernelCall k = kernel_call(p, input);
+    const auto dtype = kernel_dtype(input.scalar_type());
+    cuda::ConvEpilogue ep;
+    const int64_t tile_rows = source == ConvSource::Myops && cuda::pool_is_2x2(q) && k.channel_fold == 1
+                                  ? cuda::conv_plan_window_rows(k.p, k.plan, dtype)
+                                  : 0;
+    const int64_t split_rows =
+        tile_rows > 0 && cuda::batch_norm_tanh_max_pool2d_group_norm_fits(dtype, p.N, p.C_out, num_groups, q, tile_rows)
+            ? tile_rows
+            : 0;
+    at::Tensor sign;  // holds window_sign's memory until the conv has run
+    if (split_rows > 0) {
+      ep.pool_windows = true;
+      if (bn_weight.has_value()) sign = bn_weight->contiguous();
+      ep.window_sign = ptr_or_null(sign);
+    }
+    ChannelStats r;  // batch statistics in training, else empty
+    if (training) {
+      r = conv_channel_stats(kOp, source, input, weight, bias, p, k, ep);
+    } else {
+      r.out = source == ConvSource::Cudnn ? cudnn_conv(input, weight, bias, p)
+                                          : conv_forward(kOp, input, weight, bias, p, k, ep);
+      r.mean = at::empty({0}, input.options().dtype(compute_dtype(input.scalar_type())));
+      r.var = at::empty_like(r.mean);
+    }
+    const at::Tensor y = bn_tanh_pool_group_norm(kOp, r.out, q, split_rows, training ? r.mean : *mean,
+                                                 training ? r.var : *var, bn_weight, bn_bias, bn_eps, num_groups,
+                                                 gn_weight, gn_bias, gn_eps);
+    return {y.contiguous(output_memory_format(input)), r.mean, r.var};
+  };
+  std::string extra = std::to_string(training) + "|" + std::to_string(num_groups);
+  for (const int64_t v : {q.kH, q.kW, q.sH, q.sW, q.pH, q.pW, q.dH, q.dW}) extra += "," + std::to_string(v);
+  return run(conv_source(kOp, p, input, bias, extra, run));
 }
 
 }  // namespace

@@ -51,20 +51,34 @@ cudaError_t launch_gelu(const void* x, void* y, int64_t n, GeluApprox approx, cu
   return cudaGetLastError();
 }
 
+// How the normalisation kernels read an element (PreGelu): as stored, or (kGelu) GELU of it
+// rounded to T.
+template <typename T, bool kGelu>
+struct ReadAs {
+  using value_t = T;
+  using Tr = DTypeTraits<T>;
+  using acc_t = typename Tr::acc_t;
+  GeluApprox approx;
+  __device__ acc_t operator()(T v) const {
+    if constexpr (kGelu) return Tr::to_acc(Tr::from_acc(gelu<acc_t>(Tr::to_acc(v), approx)));
+    return Tr::to_acc(v);
+  }
+};
+
 // ---- GroupNorm statistics over a tensor ------------------------------------------------------
 // One block per (n, group). Sums are taken around the group's first element (a shift that keeps
 // E[x^2] - E[x]^2 from cancelling when |mean| >> std), per thread in acc_t, then in float64.
-template <typename T>
+template <typename T, bool kGelu>
 __global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel, double eps,
-                                   double* __restrict__ mean, double* __restrict__ rstd) {
+                                   double* __restrict__ mean, double* __restrict__ rstd,
+                                   ReadAs<T, kGelu> read) {
   using acc_t = typename DTypeTraits<T>::acc_t;
-  using Tr = DTypeTraits<T>;
   constexpr int kVec = DTypeTraits<T>::kVec, kUnroll = 4;
   const T* xg = x + blockIdx.x * group_numel;
-  const acc_t shift = Tr::to_acc(xg[0]);
+  const acc_t shift = read(xg[0]);
   acc_t s = 0, ss = 0;
   auto add = [&](T v) {
-    const acc_t d = Tr::to_acc(v) - shift;
+    const acc_t d = read(v) - shift;
     s += d;
     ss += d * d;
   };
@@ -143,15 +157,15 @@ struct PlaneNorm {
     mu = static_cast<acc_t>(mean[ng]);
     shift = beta ? Tr::to_acc(beta[c]) : acc_t(0);
   }
-  __device__ T operator()(T v) const { return Tr::from_acc((Tr::to_acc(v) - mu) * scale + shift); }
+  __device__ T operator()(acc_t v) const { return Tr::from_acc((v - mu) * scale + shift); }
 };
 
 // grid: (blocks per plane, N * C). Each block normalises part of one (n, c) plane.
-template <typename T>
+template <typename T, bool kGelu>
 __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t plane0, int64_t C,
                                         int64_t HW, int64_t C_g, const double* __restrict__ mean,
                                         const double* __restrict__ rstd, const T* __restrict__ gamma,
-                                        const T* __restrict__ beta, bool vec_ok) {
+                                        const T* __restrict__ beta, bool vec_ok, ReadAs<T, kGelu> read) {
   constexpr int kVec = DTypeTraits<T>::kVec;
   const int64_t plane = plane0 + blockIdx.y;
   const PlaneNorm<T> norm(plane, C, C_g, mean, rstd, gamma, beta);
@@ -171,18 +185,18 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) v[u].v[k] = norm(v[u].v[k]);
+      for (int k = 0; k < kVec; ++k) v[u].v[k] = norm(read(v[u].v[k]));
       yv[i + u * stride] = v[u];
     }
   }
   for (; i < n_vec; i += stride) {
     Vec<T, kVec> v = xv[i];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v.v[k] = norm(v.v[k]);
+    for (int k = 0; k < kVec; ++k) v.v[k] = norm(read(v.v[k]));
     yv[i] = v;
   }
-  if (t0 < head) yp[t0] = norm(xp[t0]);
-  for (int64_t e = head + n_vec * kVec + t0; e < HW; e += stride) yp[e] = norm(xp[e]);
+  if (t0 < head) yp[t0] = norm(read(xp[t0]));
+  for (int64_t e = head + n_vec * kVec + t0; e < HW; e += stride) yp[e] = norm(read(xp[e]));
 }
 
 // Small planes (a decoder's first layers: 4x4 to 32x32 maps over many channels): one block per
@@ -191,12 +205,12 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
 // instead of dividing per element.
 constexpr int kPlanesElems = 16 * kThreads;
 constexpr int kMaxPlanesPerBlock = 1024;
-template <typename T>
+template <typename T, bool kGelu>
 __global__ void group_norm_apply_planes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t planes,
                                                int planes_per_block, int64_t C, int HW, int64_t C_g,
                                                const double* __restrict__ mean, const double* __restrict__ rstd,
                                                const T* __restrict__ gamma, const T* __restrict__ beta,
-                                               bool vec_ok) {
+                                               bool vec_ok, ReadAs<T, kGelu> read) {
   constexpr int kVec = DTypeTraits<T>::kVec;
   __shared__ PlaneNorm<T> norms[kMaxPlanesPerBlock];
   const int64_t p0 = blockIdx.x * int64_t(planes_per_block);
@@ -217,20 +231,20 @@ __global__ void group_norm_apply_planes_kernel(const T* __restrict__ x, T* __res
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       if (r == HW) r = 0, ++pl;
-      v.v[k] = norms[pl](v.v[k]);
+      v.v[k] = norms[pl](read(v.v[k]));
       ++r;
     }
     yv[i] = v;
   }
-  auto scalar = [&](int e) { yp[e] = norms[e / HW](xp[e]); };
+  auto scalar = [&](int e) { yp[e] = norms[e / HW](read(xp[e])); };
   if (static_cast<int>(threadIdx.x) < head) scalar(threadIdx.x);
   for (int e = head + n_vec * kVec + threadIdx.x; e < len; e += kThreads) scalar(e);
 }
 
-template <typename T>
+template <typename T, bool kGelu>
 cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t HW, int64_t G,
                          const double* mean, const double* rstd, const void* gamma,
-                         const void* beta, cudaStream_t s) {
+                         const void* beta, cudaStream_t s, ReadAs<T, kGelu> read) {
   constexpr int kVec = DTypeTraits<T>::kVec;
   if (N * C * HW == 0) return cudaSuccess;
   // vectors need x and y equally placed modulo 16 bytes (each plane then peels the same head)
@@ -243,19 +257,29 @@ cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t H
     const int64_t per_block = std::min<int64_t>(kPlanesElems / HW, kMaxPlanesPerBlock);
     const int64_t blocks = (N * C + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    group_norm_apply_planes_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
-        xt, yt, N * C, static_cast<int>(per_block), C, static_cast<int>(HW), C / G, mean, rstd, g, b, vec_ok);
+    group_norm_apply_planes_kernel<T, kGelu><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        xt, yt, N * C, static_cast<int>(per_block), C, static_cast<int>(HW), C / G, mean, rstd, g, b, vec_ok, read);
     return cudaGetLastError();
   }
   const int64_t per_plane = std::max<int64_t>(vec_ok ? HW / kVec : HW, 1);
   const int64_t bx = std::min<int64_t>((per_plane + 4 * kThreads - 1) / (4 * kThreads), 64);
   for (int64_t p0 = 0; p0 < N * C; p0 += 65535) {  // grid.y limit
     const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(std::min<int64_t>(N * C - p0, 65535)));
-    group_norm_apply_kernel<T><<<grid, kThreads, 0, s>>>(xt, yt, p0, C, HW, C / G, mean, rstd, g, b, vec_ok);
+    group_norm_apply_kernel<T, kGelu><<<grid, kThreads, 0, s>>>(xt, yt, p0, C, HW, C / G, mean, rstd, g, b, vec_ok,
+                                                                read);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   return cudaGetLastError();
+}
+
+// Runs launch(ReadAs<T, kGelu>{...}) for dtype's T and pre's kGelu.
+template <typename Launch>
+cudaError_t dispatch_read(DType dtype, PreGelu pre, const Launch& launch) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return pre.on ? launch(ReadAs<T, true>{pre.approx}) : launch(ReadAs<T, false>{pre.approx});
+  });
 }
 
 }  // namespace
@@ -267,15 +291,15 @@ cudaError_t gelu_forward(const void* x, void* y, int64_t n, DType dtype, GeluApp
 
 cudaError_t group_norm_stats(const void* x, DType dtype, int64_t N, int64_t C, int64_t HW,
                              int64_t num_groups, double eps, double* mean, double* rstd,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, PreGelu pre) {
   const int64_t groups = N * num_groups;
   if (groups == 0 || C * HW == 0) return cudaSuccess;
   if (groups > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const int64_t group_numel = (C / num_groups) * HW;
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    group_stats_kernel<T><<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), group_numel, eps, mean, rstd);
+  return dispatch_read(dtype, pre, [&](auto read) {
+    using T = typename decltype(read)::value_t;
+    group_stats_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(static_cast<const T*>(x), group_numel,
+                                                                               eps, mean, rstd, read);
     return cudaGetLastError();
   });
 }
@@ -306,9 +330,9 @@ cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int
 
 cudaError_t group_norm_apply(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
                              int64_t num_groups, const double* mean, const double* rstd,
-                             const void* gamma, const void* beta, cudaStream_t stream) {
-  return dispatch_dtype(dtype, [&](auto tag) {
-    return launch_apply<decltype(tag)>(x, y, N, C, HW, num_groups, mean, rstd, gamma, beta, stream);
+                             const void* gamma, const void* beta, cudaStream_t stream, PreGelu pre) {
+  return dispatch_read(dtype, pre, [&](auto read) {
+    return launch_apply(x, y, N, C, HW, num_groups, mean, rstd, gamma, beta, stream, read);
   });
 }
 

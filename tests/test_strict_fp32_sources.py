@@ -1,0 +1,90 @@
+"""Strict float32 on CUDA (torch.backends.cudnn.allow_tf32 off): every op with a conv runs either
+our exact FFMA kernels or cuDNN's conv followed by our own passes (csrc/cuda/strict_fp32_conv.h).
+Each source is forced in turn through MYOPS_STRICT_FP32_CONV, and the shipped timed choice runs
+unforced; all against float64 PyTorch at the tight float32 tolerance. (conftest forces "myops"
+for every other test, so that the FFMA kernels' tests keep testing them.)"""
+import random
+
+import pytest
+import torch
+
+from conftest import HAS_CUDA
+from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
+                       random_wide_conv_config, ref_conv_transpose2d, tolerance)
+from test_bn_chain import check_random_chain
+from test_conv_transpose2d import check_random_configs
+from test_fused import check_channel_stats, check_group_stats, check_random_fused
+
+pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+SOURCES = ["myops", "cudnn", "timed"]
+
+
+@pytest.fixture(params=SOURCES)
+def strict_source(request, monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    if request.param == "timed":
+        monkeypatch.delenv("MYOPS_STRICT_FP32_CONV", raising=False)
+    else:
+        monkeypatch.setenv("MYOPS_STRICT_FP32_CONV", request.param)
+    assert tolerance(torch.float32, "cuda") == 2e-5
+    return request.param
+
+
+def test_conv_transpose2d(strict_source):
+    check_random_configs(random.Random(71), 40, random_conv_config, torch.float32, "cuda")
+    check_random_configs(random.Random(72), 15, random_wide_conv_config, torch.float32, "cuda")
+    rng = random.Random(73)
+    for _ in range(5):  # channels-last in, channels-last out
+        cfg = random_wide_conv_config(rng)
+        x, w, b = make_conv_inputs(cfg, torch.float32, "cuda")
+        x = x.contiguous(memory_format=torch.channels_last)
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        assert_matches(out, ref_conv_transpose2d(x, w, b, *conv_args(cfg)), 2e-5)
+
+
+def test_gelu_group_norm_chain(strict_source):
+    # cuDNN's source: GroupNorm's statistics and normalisation read the conv output through GELU
+    check_random_fused(random.Random(74), 30, torch.float32, "cuda", random_conv_config)
+    check_random_fused(random.Random(75), 10, torch.float32, "cuda", random_wide_conv_config)
+
+
+def test_gelu_group_stats(strict_source):
+    # cuDNN's source: GELU applied in place, as the op returns it
+    check_group_stats(random.Random(76), 15, torch.float32, "cuda", random_conv_config)
+
+
+def test_channel_stats(strict_source):
+    rng = random.Random(77)
+    for _ in range(15):
+        cfg = random_conv_config(rng)
+        x, w, b = make_conv_inputs(cfg, torch.float32, "cuda")
+        check_channel_stats(x, w, b, conv_args(cfg), 2e-5)
+
+
+def test_batch_norm_chain(strict_source):
+    # cuDNN's source: no window stores, batch statistics by var_mean, the tail on the full output
+    check_random_chain(random.Random(78), 40, torch.float32, "cuda")
+
+
+def test_timed_choice_inside_cuda_graph_capture(monkeypatch):
+    # a shape first seen while a CUDA graph is captured is not timed (no synchronisation may
+    # happen then): it runs our kernels, and the replayed graph computes the conv
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.delenv("MYOPS_STRICT_FP32_CONV", raising=False)
+    x = torch.randn(2, 24, 13, 11, device="cuda")
+    w = torch.randn(24, 40, 3, 3, device="cuda") * 0.2
+    b = torch.randn(40, device="cuda")
+    conv = [[1, 1], [0, 0], [0, 0], 1, [1, 1]]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up of the caching allocator's graph pool, another shape
+        torch.ops.myops.conv_transpose2d(x[:1], w, b, *conv)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_matches(out, ref_conv_transpose2d(x, w, b, *conv), 2e-5)
