@@ -88,3 +88,24 @@ def test_timed_choice_inside_cuda_graph_capture(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert_matches(out, ref_conv_transpose2d(x, w, b, *conv), 2e-5)
+
+
+@pytest.mark.parametrize("flag", ["cudnn_deterministic", "cudnn_disabled"])
+def test_no_timed_choice_when_determinism_asked_or_cudnn_off(flag, monkeypatch):
+    # a timed choice may differ between processes (other bits): with cuDNN's deterministic flag
+    # (or cuDNN off) every call runs our kernels, bit for bit what the forced "myops" gives, also
+    # for a shape already timed
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    x = torch.randn(2, 16, 21, 19, device="cuda")
+    w = torch.randn(16, 32, 3, 5, device="cuda") * 0.2
+    b = torch.randn(32, device="cuda")
+    gn_w = torch.randn(32, device="cuda")
+    args = (x, w, b, [1, 1], [1, 2], [0, 0], 1, [1, 1], "none", 4, gn_w, None, 1e-5)
+    ours = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
+    monkeypatch.delenv("MYOPS_STRICT_FP32_CONV", raising=False)
+    torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)  # timed (either source may win)
+    if flag == "cudnn_deterministic":
+        monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    else:
+        monkeypatch.setattr(torch.backends.cudnn, "enabled", False)
+    assert torch.equal(torch.ops.myops.conv_transpose2d_gelu_group_norm(*args), ours)

@@ -136,8 +136,9 @@ at::Tensor cudnn_conv(const at::Tensor& input, const at::Tensor& weight, const s
 }
 
 // Whose conv runs a call: ours, except for float32 with TF32 off, where the faster of ours and
-// cuDNN's for the call's shape (strict_fp32_conv.h); run(source) runs the whole op. `extra`: the
-// op's own arguments that change its cost.
+// cuDNN's for the call's shape unless cuDNN is off or determinism is asked for
+// (strict_fp32_conv.h); run(source) runs the whole op. `extra`: the op's own arguments that
+// change its cost.
 template <typename Run>
 ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
                        const std::optional<at::Tensor>& bias, const std::string& extra, const Run& run) {
@@ -148,7 +149,9 @@ ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at:
     key += "," + std::to_string(v);
   key += input.is_contiguous(at::MemoryFormat::ChannelsLast) ? "|nhwc" : "|nchw";
   key += bias.has_value() ? "|bias" : "";
-  return strict_fp32_conv_source(key, at::cuda::getCurrentCUDAStream(), [&](ConvSource s) { run(s); });
+  const auto& ctx = at::globalContext();
+  const bool may_time = ctx.userEnabledCuDNN() && !ctx.deterministicCuDNN() && !ctx.deterministicAlgorithms();
+  return strict_fp32_conv_source(key, at::cuda::getCurrentCUDAStream(), may_time, [&](ConvSource s) { run(s); });
 }
 
 at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,

@@ -16,12 +16,14 @@ namespace myops {
 enum class ConvSource { Myops, Cudnn };
 
 // The source for a call identified by key (op, shapes, layout; the device is added here).
-// MYOPS_STRICT_FP32_CONV=myops or =cudnn forces one (tests, A/B). Otherwise the key's first call
-// runs run(source) for each source on `stream` (one warm-up, then the faster of two timed runs)
-// and the faster source is kept for the process; a source that throws is never chosen. While
-// `stream` is being captured into a CUDA graph nothing may be timed or synchronised: an unknown
-// key then takes Myops, uncached.
-ConvSource strict_fp32_conv_source(const std::string& key, cudaStream_t stream,
+// MYOPS_STRICT_FP32_CONV=myops or =cudnn forces one (tests, A/B). Otherwise, where may_time (the
+// caller's: cuDNN enabled and no deterministic algorithms requested, since a timed choice may
+// differ, and so give other bits, from one process to the next), the key's first call runs
+// run(source) for each source on `stream` (one warm-up, then the faster of two timed runs) and
+// the faster source is kept for the process; a source that throws is never chosen. While `stream`
+// is being captured into a CUDA graph nothing may be timed or synchronised: an unknown key then
+// takes Myops, uncached. Without may_time: Myops.
+ConvSource strict_fp32_conv_source(const std::string& key, cudaStream_t stream, bool may_time,
                                    const std::function<void(ConvSource)>& run);
 
 }  // namespace myops
