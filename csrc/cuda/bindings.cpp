@@ -195,19 +195,30 @@ void group_norm_apply(const char* op, const at::Tensor& x, at::Tensor& y, int64_
                op);
 }
 
-// GroupNorm's mean / rstd (float64, [N * num_groups]) of contiguous x [N, C, *] read through pre.
+// GroupNorm's mean / rstd (float64, [N * num_groups]) of contiguous x [N, C, *].
 struct GroupStats {
   at::Tensor mean, rstd;
 };
-GroupStats group_stats(const char* op, const at::Tensor& x, int64_t num_groups, double eps, cuda::PreGelu pre = {}) {
+GroupStats group_stats(const char* op, const at::Tensor& x, int64_t num_groups, double eps) {
   const auto [N, C, HW] = n_c_hw(x);
   const auto stat_opts = x.options().dtype(at::kDouble);
   GroupStats s{at::empty({N * num_groups}, stat_opts), at::empty({N * num_groups}, stat_opts)};
   check_launch(cuda::group_norm_stats(x.const_data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW, num_groups, eps,
                                       s.mean.data_ptr<double>(), s.rstd.data_ptr<double>(),
-                                      at::cuda::getCurrentCUDAStream(), pre),
+                                      at::cuda::getCurrentCUDAStream()),
                op);
   return s;
+}
+
+// (count, mean, M2) per (n, c) plane of contiguous x [N, C, *] read through pre: [N, C, 1, 3] in
+// the statistics dtype, the layout of the conv epilogue's tile partials (one tile per plane).
+at::Tensor plane_moments(const char* op, const at::Tensor& x, cuda::PreGelu pre = {}) {
+  const auto [N, C, HW] = n_c_hw(x);
+  at::Tensor moments = at::empty({N, C, 1, 3}, x.options().dtype(compute_dtype(x.scalar_type())));
+  check_launch(cuda::plane_moments(x.const_data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW, moments.data_ptr(),
+                                   at::cuda::getCurrentCUDAStream(), pre),
+               op);
+  return moments;
 }
 
 at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
@@ -224,11 +235,12 @@ at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
 
 // conv + bias + GELU with GroupNorm's statistics: the un-normalised output (contiguous NCHW) and
 // mean / rstd (float64, [N * num_groups]). Our conv writes per-tile partials from its epilogue,
-// reduced in a fixed order. cuDNN's output gets GELU in place, or (gelu_may_wait) not at all: the
-// statistics then read it through GELU, and so must the normalisation (`pending`), which saves
-// a write and a read of the output.
+// reduced in a fixed order. cuDNN's output gets its bias and GELU in place, or (gelu_may_wait)
+// neither: cuDNN's conv then runs without bias (its separate bias pass costs as much as a read
+// and a write of the output) and the statistics read its output through bias + GELU, and so must
+// the normalisation (`pending`, whose bias `pending_bias` holds).
 struct GeluGroupStats {
-  at::Tensor out, mean, rstd;
+  at::Tensor out, mean, rstd, pending_bias;
   cuda::PreGelu pending;
 };
 GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at::Tensor& input,
@@ -237,13 +249,25 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
                                      double eps, bool gelu_may_wait) {
   if (source == ConvSource::Cudnn) {
     GeluGroupStats r;
-    r.out = cudnn_conv(input, weight, bias, p);
-    r.pending = {gelu_may_wait, approx};
-    if (!gelu_may_wait)
-      check_launch(cuda::gelu_forward(r.out.const_data_ptr(), r.out.data_ptr(), r.out.numel(),
-                                      kernel_dtype(r.out.scalar_type()), approx, at::cuda::getCurrentCUDAStream()),
+    if (gelu_may_wait) {
+      r.out = cudnn_conv(input, weight, std::nullopt, p);
+      r.pending_bias = contiguous_or_undefined(bias);
+      r.pending = {true, approx, ptr_or_null(r.pending_bias)};
+      const auto stat_opts = input.options().dtype(at::kDouble);
+      r.mean = at::empty({p.N * num_groups}, stat_opts);
+      r.rstd = at::empty({p.N * num_groups}, stat_opts);
+      const at::Tensor moments = plane_moments(op, r.out, r.pending);
+      check_launch(cuda::group_norm_stats_from_tiles(moments.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
+                                                     p.C_out, 1, num_groups, eps, r.mean.data_ptr<double>(),
+                                                     r.rstd.data_ptr<double>(), at::cuda::getCurrentCUDAStream()),
                    op);
-    GroupStats s = group_stats(op, r.out, num_groups, eps, r.pending);
+      return r;
+    }
+    r.out = cudnn_conv(input, weight, bias, p);
+    check_launch(cuda::gelu_forward(r.out.const_data_ptr(), r.out.data_ptr(), r.out.numel(),
+                                    kernel_dtype(r.out.scalar_type()), approx, at::cuda::getCurrentCUDAStream()),
+                 op);
+    GroupStats s = group_stats(op, r.out, num_groups, eps);
     r.mean = s.mean;
     r.rstd = s.rstd;
     return r;
@@ -313,9 +337,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
 }
 
 // conv with BatchNorm's batch statistics, the mean and biased variance (float32; float64 for
-// float64 input). Our conv's epilogue (ep, which this completes) writes per-tile (count, mean, M2)
-// of the stored output, reduced per channel in a fixed order; cuDNN's output (ep unused: the
-// caller asks for no window stores then) gets PyTorch's var_mean.
+// float64 input): per-tile (count, mean, M2) of the stored output, from our conv's epilogue (ep,
+// which this completes), or per plane from a pass over cuDNN's output (ep unused: the caller asks
+// for no window stores then), reduced per channel in a fixed order.
 struct ChannelStats {
   at::Tensor out, mean, var;
 };
@@ -323,10 +347,11 @@ ChannelStats conv_channel_stats(const char* op, ConvSource source, const at::Ten
                                 const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
                                 const KernelCall& k, cuda::ConvEpilogue ep) {
   const auto stats_dtype = compute_dtype(input.scalar_type());
-  at::Tensor tile_stats;
+  at::Tensor tile_stats;  // [N, C_out, tiles, 3]
   ChannelStats r;
   if (source == ConvSource::Cudnn) {
     r.out = cudnn_conv(input, weight, bias, p);
+    tile_stats = plane_moments(op, r.out);
   } else {
     tile_stats = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
     ep.tile_stats = tile_stats.data_ptr();
@@ -337,13 +362,9 @@ ChannelStats conv_channel_stats(const char* op, ConvSource source, const at::Ten
   if (p.N * p.OH * p.OW == 0) {
     r.mean.zero_();
     r.var.fill_(std::numeric_limits<double>::quiet_NaN());
-  } else if (source == ConvSource::Cudnn) {
-    const auto var_mean = at::var_mean(r.out, at::IntArrayRef{0, 2, 3}, /*unbiased=*/false);
-    r.var.copy_(std::get<0>(var_mean));
-    r.mean.copy_(std::get<1>(var_mean));
   } else {
     check_launch(cuda::channel_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
-                                                p.C_out, k.plan.tiles_per_sample, r.mean.data_ptr(), r.var.data_ptr(),
+                                                p.C_out, tile_stats.size(2), r.mean.data_ptr(), r.var.data_ptr(),
                                                 at::cuda::getCurrentCUDAStream()),
                  op);
   }

@@ -51,66 +51,94 @@ cudaError_t launch_gelu(const void* x, void* y, int64_t n, GeluApprox approx, cu
   return cudaGetLastError();
 }
 
-// How the normalisation kernels read an element (PreGelu): as stored, or (kGelu) GELU of it
-// rounded to T.
-template <typename T, bool kGelu>
+// How the normalisation kernels read an element: as stored, or (kPre: PreGelu) GELU of it plus
+// its channel's bias, the sum and GELU's output each rounded to T as if they had been stored.
+template <typename T, bool kPre>
 struct ReadAs {
   using value_t = T;
   using Tr = DTypeTraits<T>;
   using acc_t = typename Tr::acc_t;
   GeluApprox approx;
-  __device__ acc_t operator()(T v) const {
-    if constexpr (kGelu) return Tr::to_acc(Tr::from_acc(gelu<acc_t>(Tr::to_acc(v), approx)));
+  __device__ acc_t operator()(T v, acc_t bias) const {
+    if constexpr (kPre) {
+      const acc_t biased = Tr::to_acc(Tr::from_acc(Tr::to_acc(v) + bias));
+      return Tr::to_acc(Tr::from_acc(gelu<acc_t>(biased, approx)));
+    }
     return Tr::to_acc(v);
   }
 };
 
-// ---- GroupNorm statistics over a tensor ------------------------------------------------------
-// One block per (n, group). Sums are taken around the group's first element (a shift that keeps
-// E[x^2] - E[x]^2 from cancelling when |mean| >> std), per thread in acc_t, then in float64.
-template <typename T, bool kGelu>
-__global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel, double eps,
-                                   double* __restrict__ mean, double* __restrict__ rstd,
-                                   ReadAs<T, kGelu> read) {
+// ---- Statistics over a tensor ----------------------------------------------------------------
+// Sums of d = read(x) - shift and of d^2 over one block's segment of n elements, shift = read of
+// its first element (which keeps E[x^2] - E[x]^2 from cancelling when |mean| >> std): per thread
+// in acc_t, then over the block in float64 (v, in every thread).
+template <typename T, typename Read>
+__device__ void shifted_sums(const T* __restrict__ xg, int64_t n, const Read& read, double& shift, double (&v)[2]) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   constexpr int kVec = DTypeTraits<T>::kVec, kUnroll = 4;
-  const T* xg = x + blockIdx.x * group_numel;
-  const acc_t shift = read(xg[0]);
+  const acc_t first = read(xg[0]);
   acc_t s = 0, ss = 0;
-  auto add = [&](T v) {
-    const acc_t d = read(v) - shift;
+  auto add = [&](T x) {
+    const acc_t d = read(x) - first;
     s += d;
     ss += d * d;
   };
   // scalar head up to a 16-byte boundary, then kUnroll vectors in flight per thread, scalar tail
   const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(xg) % 16) / static_cast<int64_t>(sizeof(T));
-  const int64_t head = min(group_numel, mis == 0 ? int64_t(0) : kVec - mis);
-  const int64_t n_vec = (group_numel - head) / kVec;
+  const int64_t head = min(n, mis == 0 ? int64_t(0) : kVec - mis);
+  const int64_t n_vec = (n - head) / kVec;
   const Vec<T, kVec>* xv = reinterpret_cast<const Vec<T, kVec>*>(xg + head);
   if (threadIdx.x < head) add(xg[threadIdx.x]);
   int64_t i = threadIdx.x;
   for (; i + (kUnroll - 1) * kThreads < n_vec; i += kUnroll * kThreads) {
-    Vec<T, kVec> v[kUnroll];
+    Vec<T, kVec> x[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = xv[i + u * kThreads];
+    for (int u = 0; u < kUnroll; ++u) x[u] = xv[i + u * kThreads];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) add(v[u].v[k]);
+      for (int k = 0; k < kVec; ++k) add(x[u].v[k]);
   }
   for (; i < n_vec; i += kThreads) {
-    const Vec<T, kVec> v = xv[i];
+    const Vec<T, kVec> x = xv[i];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) add(v.v[k]);
+    for (int k = 0; k < kVec; ++k) add(x.v[k]);
   }
-  for (int64_t e = head + n_vec * kVec + threadIdx.x; e < group_numel; e += kThreads) add(xg[e]);
-  double v[2] = {static_cast<double>(s), static_cast<double>(ss)};
+  for (int64_t e = head + n_vec * kVec + threadIdx.x; e < n; e += kThreads) add(xg[e]);
+  v[0] = static_cast<double>(s);
+  v[1] = static_cast<double>(ss);
   block_sum<kThreads>(v);
+  shift = static_cast<double>(first);
+}
+
+// GroupNorm's mean / rstd: one block per (n, group).
+template <typename T>
+__global__ void group_stats_kernel(const T* __restrict__ x, int64_t group_numel, double eps,
+                                   double* __restrict__ mean, double* __restrict__ rstd) {
+  double shift, v[2];
+  shifted_sums(x + blockIdx.x * group_numel, group_numel, [](T e) { return DTypeTraits<T>::to_acc(e); }, shift, v);
   if (threadIdx.x == 0) {
     const double m = v[0] / group_numel;
     const double var = std::max(v[1] / group_numel - m * m, 0.0);
-    mean[blockIdx.x] = m + static_cast<double>(shift);
+    mean[blockIdx.x] = m + shift;
     rstd[blockIdx.x] = rsqrt(var + eps);
+  }
+}
+
+// (count, mean, M2) in S of each (n, c) plane read through `read` (with its channel's bias, kPre):
+// one block per plane, [N * C][3], the layout of the conv epilogue's tile partials (one tile).
+template <typename T, bool kPre, typename S>
+__global__ void plane_moments_kernel(const T* __restrict__ x, int64_t HW, int64_t C, const T* __restrict__ bias,
+                                     ReadAs<T, kPre> read, S* __restrict__ moments) {
+  using Tr = DTypeTraits<T>;
+  const int64_t plane = blockIdx.x;
+  const typename Tr::acc_t b = kPre && bias ? Tr::to_acc(bias[plane % C]) : 0;
+  double shift, v[2];
+  shifted_sums(x + plane * HW, HW, [&](T e) { return read(e, b); }, shift, v);
+  if (threadIdx.x == 0) {
+    moments[3 * plane] = static_cast<S>(HW);
+    moments[3 * plane + 1] = static_cast<S>(shift + v[0] / HW);
+    moments[3 * plane + 2] = static_cast<S>(std::max(v[1] - v[0] * v[0] / HW, 0.0));
   }
 }
 
@@ -143,32 +171,38 @@ __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64
 }
 
 // ---- normalise -------------------------------------------------------------------------------
-// y = (x - mean) * (rstd * gamma) + beta for one (n, c) plane, folded once per plane (in float64).
+// y = (x - mean) * (rstd * gamma) + beta for one (n, c) plane, folded once per plane (in float64);
+// x read through a ReadAs, with the plane's pre-activation bias (PreGelu::bias) where given.
 template <typename T>
 struct PlaneNorm {
   using Tr = DTypeTraits<T>;
   using acc_t = typename Tr::acc_t;
-  acc_t mu, scale, shift;
+  acc_t mu, scale, shift, in_bias;
   PlaneNorm() = default;
   __device__ PlaneNorm(int64_t plane, int64_t C, int64_t C_g, const double* mean, const double* rstd,
-                       const T* gamma, const T* beta) {
+                       const T* gamma, const T* beta, const T* pre_bias) {
     const int64_t c = plane % C, ng = (plane / C) * (C / C_g) + c / C_g;
     scale = static_cast<acc_t>(rstd[ng] * (gamma ? static_cast<double>(Tr::to_acc(gamma[c])) : 1.0));
     mu = static_cast<acc_t>(mean[ng]);
     shift = beta ? Tr::to_acc(beta[c]) : acc_t(0);
+    in_bias = pre_bias ? Tr::to_acc(pre_bias[c]) : acc_t(0);
   }
-  __device__ T operator()(acc_t v) const { return Tr::from_acc((v - mu) * scale + shift); }
+  template <typename Read>
+  __device__ T operator()(const Read& read, T v) const {
+    return Tr::from_acc((read(v, in_bias) - mu) * scale + shift);
+  }
 };
 
 // grid: (blocks per plane, N * C). Each block normalises part of one (n, c) plane.
-template <typename T, bool kGelu>
+template <typename T, bool kPre>
 __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t plane0, int64_t C,
                                         int64_t HW, int64_t C_g, const double* __restrict__ mean,
                                         const double* __restrict__ rstd, const T* __restrict__ gamma,
-                                        const T* __restrict__ beta, bool vec_ok, ReadAs<T, kGelu> read) {
+                                        const T* __restrict__ beta, bool vec_ok, ReadAs<T, kPre> read,
+                                        const T* __restrict__ pre_bias) {
   constexpr int kVec = DTypeTraits<T>::kVec;
   const int64_t plane = plane0 + blockIdx.y;
-  const PlaneNorm<T> norm(plane, C, C_g, mean, rstd, gamma, beta);
+  const PlaneNorm<T> norm(plane, C, C_g, mean, rstd, gamma, beta, pre_bias);
   const T* xp = x + plane * HW;
   T* yp = y + plane * HW;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -185,18 +219,18 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) v[u].v[k] = norm(read(v[u].v[k]));
+      for (int k = 0; k < kVec; ++k) v[u].v[k] = norm(read, v[u].v[k]);
       yv[i + u * stride] = v[u];
     }
   }
   for (; i < n_vec; i += stride) {
     Vec<T, kVec> v = xv[i];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v.v[k] = norm(read(v.v[k]));
+    for (int k = 0; k < kVec; ++k) v.v[k] = norm(read, v.v[k]);
     yv[i] = v;
   }
-  if (t0 < head) yp[t0] = norm(read(xp[t0]));
-  for (int64_t e = head + n_vec * kVec + t0; e < HW; e += stride) yp[e] = norm(read(xp[e]));
+  if (t0 < head) yp[t0] = norm(read, xp[t0]);
+  for (int64_t e = head + n_vec * kVec + t0; e < HW; e += stride) yp[e] = norm(read, xp[e]);
 }
 
 // Small planes (a decoder's first layers: 4x4 to 32x32 maps over many channels): one block per
@@ -205,17 +239,17 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
 // instead of dividing per element.
 constexpr int kPlanesElems = 16 * kThreads;
 constexpr int kMaxPlanesPerBlock = 1024;
-template <typename T, bool kGelu>
+template <typename T, bool kPre>
 __global__ void group_norm_apply_planes_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t planes,
                                                int planes_per_block, int64_t C, int HW, int64_t C_g,
                                                const double* __restrict__ mean, const double* __restrict__ rstd,
                                                const T* __restrict__ gamma, const T* __restrict__ beta,
-                                               bool vec_ok, ReadAs<T, kGelu> read) {
+                                               bool vec_ok, ReadAs<T, kPre> read, const T* __restrict__ pre_bias) {
   constexpr int kVec = DTypeTraits<T>::kVec;
   __shared__ PlaneNorm<T> norms[kMaxPlanesPerBlock];
   const int64_t p0 = blockIdx.x * int64_t(planes_per_block);
   const int n_planes = static_cast<int>(min(int64_t(planes_per_block), planes - p0));
-  for (int i = threadIdx.x; i < n_planes; i += kThreads) norms[i] = PlaneNorm<T>(p0 + i, C, C_g, mean, rstd, gamma, beta);
+  for (int i = threadIdx.x; i < n_planes; i += kThreads) norms[i] = PlaneNorm<T>(p0 + i, C, C_g, mean, rstd, gamma, beta, pre_bias);
   __syncthreads();
   const T* xp = x + p0 * HW;
   T* yp = y + p0 * HW;
@@ -231,20 +265,20 @@ __global__ void group_norm_apply_planes_kernel(const T* __restrict__ x, T* __res
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       if (r == HW) r = 0, ++pl;
-      v.v[k] = norms[pl](read(v.v[k]));
+      v.v[k] = norms[pl](read, v.v[k]);
       ++r;
     }
     yv[i] = v;
   }
-  auto scalar = [&](int e) { yp[e] = norms[e / HW](read(xp[e])); };
+  auto scalar = [&](int e) { yp[e] = norms[e / HW](read, xp[e]); };
   if (static_cast<int>(threadIdx.x) < head) scalar(threadIdx.x);
   for (int e = head + n_vec * kVec + threadIdx.x; e < len; e += kThreads) scalar(e);
 }
 
-template <typename T, bool kGelu>
+template <typename T, bool kPre>
 cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t HW, int64_t G,
                          const double* mean, const double* rstd, const void* gamma,
-                         const void* beta, cudaStream_t s, ReadAs<T, kGelu> read) {
+                         const void* beta, cudaStream_t s, ReadAs<T, kPre> read, const void* pre_bias) {
   constexpr int kVec = DTypeTraits<T>::kVec;
   if (N * C * HW == 0) return cudaSuccess;
   // vectors need x and y equally placed modulo 16 bytes (each plane then peels the same head)
@@ -253,27 +287,29 @@ cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t H
   const T* xt = static_cast<const T*>(x);
   T* yt = static_cast<T*>(y);
   const T *g = static_cast<const T*>(gamma), *b = static_cast<const T*>(beta);
+  const T* pb = static_cast<const T*>(pre_bias);
   if (4 * HW <= kPlanesElems) {
     const int64_t per_block = std::min<int64_t>(kPlanesElems / HW, kMaxPlanesPerBlock);
     const int64_t blocks = (N * C + per_block - 1) / per_block;
     if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    group_norm_apply_planes_kernel<T, kGelu><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
-        xt, yt, N * C, static_cast<int>(per_block), C, static_cast<int>(HW), C / G, mean, rstd, g, b, vec_ok, read);
+    group_norm_apply_planes_kernel<T, kPre><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        xt, yt, N * C, static_cast<int>(per_block), C, static_cast<int>(HW), C / G, mean, rstd, g, b, vec_ok, read,
+        pb);
     return cudaGetLastError();
   }
   const int64_t per_plane = std::max<int64_t>(vec_ok ? HW / kVec : HW, 1);
   const int64_t bx = std::min<int64_t>((per_plane + 4 * kThreads - 1) / (4 * kThreads), 64);
   for (int64_t p0 = 0; p0 < N * C; p0 += 65535) {  // grid.y limit
     const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(std::min<int64_t>(N * C - p0, 65535)));
-    group_norm_apply_kernel<T, kGelu><<<grid, kThreads, 0, s>>>(xt, yt, p0, C, HW, C / G, mean, rstd, g, b, vec_ok,
-                                                                read);
+    group_norm_apply_kernel<T, kPre><<<grid, kThreads, 0, s>>>(xt, yt, p0, C, HW, C / G, mean, rstd, g, b, vec_ok,
+                                                                read, pb);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   return cudaGetLastError();
 }
 
-// Runs launch(ReadAs<T, kGelu>{...}) for dtype's T and pre's kGelu.
+// Runs launch(ReadAs<T, kPre>{...}) for dtype's T, kPre = pre.on.
 template <typename Launch>
 cudaError_t dispatch_read(DType dtype, PreGelu pre, const Launch& launch) {
   return dispatch_dtype(dtype, [&](auto tag) {
@@ -291,15 +327,28 @@ cudaError_t gelu_forward(const void* x, void* y, int64_t n, DType dtype, GeluApp
 
 cudaError_t group_norm_stats(const void* x, DType dtype, int64_t N, int64_t C, int64_t HW,
                              int64_t num_groups, double eps, double* mean, double* rstd,
-                             cudaStream_t stream, PreGelu pre) {
+                             cudaStream_t stream) {
   const int64_t groups = N * num_groups;
   if (groups == 0 || C * HW == 0) return cudaSuccess;
   if (groups > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const int64_t group_numel = (C / num_groups) * HW;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    group_stats_kernel<T><<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), group_numel, eps, mean, rstd);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t plane_moments(const void* x, DType dtype, int64_t N, int64_t C, int64_t HW, void* moments,
+                          cudaStream_t stream, PreGelu pre) {
+  if (N * C == 0 || HW == 0) return cudaSuccess;
+  if (N * C > 0x7fffffff) return cudaErrorInvalidConfiguration;
   return dispatch_read(dtype, pre, [&](auto read) {
     using T = typename decltype(read)::value_t;
-    group_stats_kernel<<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(static_cast<const T*>(x), group_numel,
-                                                                               eps, mean, rstd, read);
+    using S = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
+    plane_moments_kernel<<<static_cast<unsigned>(N * C), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), HW, C, static_cast<const T*>(pre.bias), read, static_cast<S*>(moments));
     return cudaGetLastError();
   });
 }
@@ -332,7 +381,7 @@ cudaError_t group_norm_apply(const void* x, void* y, DType dtype, int64_t N, int
                              int64_t num_groups, const double* mean, const double* rstd,
                              const void* gamma, const void* beta, cudaStream_t stream, PreGelu pre) {
   return dispatch_read(dtype, pre, [&](auto read) {
-    return launch_apply(x, y, N, C, HW, num_groups, mean, rstd, gamma, beta, stream, read);
+    return launch_apply(x, y, N, C, HW, num_groups, mean, rstd, gamma, beta, stream, read, pre.bias);
   });
 }
 

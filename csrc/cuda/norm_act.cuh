@@ -11,18 +11,26 @@ namespace cuda {
 cudaError_t gelu_forward(const void* x, void* y, int64_t n, DType dtype, GeluApprox approx,
                          cudaStream_t stream);
 
-// GELU applied to each element as it is read, rounded to the tensor's dtype: the normalisation
-// kernels then see the values a stored GELU output would hold, without that output being written
-// and read again (strict float32's fused ops over cuDNN's conv output, bindings.cpp).
+// (on) Each element read as GELU(x + bias[c]) (bias: its channel's, in the tensor's dtype; nullable),
+// the sum and GELU's output rounded to the dtype: the kernels then see the values a stored
+// conv-with-bias and GELU output would hold without either being written and read again (strict
+// float32's fused op over cuDNN's bias-free conv output, bindings.cpp).
 struct PreGelu {
   bool on = false;
   GeluApprox approx = GeluApprox::None;
+  const void* bias = nullptr;
 };
 
 // x: contiguous [N, C, HW]; mean / rstd: [N * num_groups] float64.
 cudaError_t group_norm_stats(const void* x, DType dtype, int64_t N, int64_t C, int64_t HW,
                              int64_t num_groups, double eps, double* mean, double* rstd,
-                             cudaStream_t stream, PreGelu pre = {});
+                             cudaStream_t stream);
+
+// (count, mean, M2) of each (n, c) plane of contiguous x [N, C, HW] read through pre, as
+// moments [N * C][3] in double for float64 tensors (dtype), else float: the conv epilogue's
+// tile-partials layout with one tile, for group_norm_stats_from_tiles / channel_stats_from_tiles.
+cudaError_t plane_moments(const void* x, DType dtype, int64_t N, int64_t C, int64_t HW, void* moments,
+                          cudaStream_t stream, PreGelu pre = {});
 
 // tile_stats: [N][C][tiles][3] (count, mean, M2) from the conv epilogue, double for float64
 // tensors (dtype), else float; combined per (n, group) with Chan's formula in float64.
