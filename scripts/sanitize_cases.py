@@ -29,7 +29,7 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
 ]
 worst = 0.0
 # float32 three times: TF32 (tensor cores), strict (allow_tf32 off) through our FFMA kernels, and
-# strict through cuDNN's conv and our passes after it (GroupNorm read through GELU)
+# strict through cuDNN's conv and our passes after it (GroupNorm read through bias + GELU)
 for dtype, tf32, source in ((torch.float32, True, "myops"), (torch.float32, False, "myops"),
                             (torch.float32, False, "cudnn"), (torch.bfloat16, True, "myops"),
                             (torch.float64, True, "myops")):

@@ -135,6 +135,15 @@ at::Tensor cudnn_conv(const at::Tensor& input, const at::Tensor& weight, const s
       .contiguous();
 }
 
+// The conv of call p by `source`: ours, run as k says with epilogue ep, or cuDNN's (no epilogue:
+// callers ask for none then), contiguous NCHW either way.
+at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, const at::Tensor& weight,
+                   const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p, const KernelCall& k,
+                   const cuda::ConvEpilogue& ep) {
+  return source == ConvSource::Cudnn ? cudnn_conv(input, weight, bias, p)
+                                     : conv_forward(op, input, weight, bias, p, k, ep);
+}
+
 // Whose conv runs a call: ours, except for float32 with TF32 off, where the faster of ours and
 // cuDNN's for the call's shape unless cuDNN is off or determinism is asked for
 // (strict_fp32_conv.h); run(source) runs the whole op. `extra`: the op's own arguments that
@@ -162,9 +171,7 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
   auto run = [&](ConvSource source) {
-    const at::Tensor out = source == ConvSource::Cudnn ? cudnn_conv(input, weight, bias, p)
-                                                       : conv_forward(kOp, input, weight, bias, p, kernel_call(p, input), {});
-    return out.contiguous(output_memory_format(input));
+    return conv_by(source, kOp, input, weight, bias, p, kernel_call(p, input), {}).contiguous(output_memory_format(input));
   };
   return run(conv_source(kOp, p, input, bias, "", run));
 }
@@ -198,11 +205,13 @@ void group_norm_apply(const char* op, const at::Tensor& x, at::Tensor& y, int64_
 // GroupNorm's mean / rstd (float64, [N * num_groups]) of contiguous x [N, C, *].
 struct GroupStats {
   at::Tensor mean, rstd;
+  GroupStats(const at::Tensor& like, int64_t count)  // uninitialised, on like's device
+      : mean(at::empty({count}, like.options().dtype(at::kDouble))), rstd(at::empty_like(mean)) {}
+  GroupStats() = default;
 };
 GroupStats group_stats(const char* op, const at::Tensor& x, int64_t num_groups, double eps) {
   const auto [N, C, HW] = n_c_hw(x);
-  const auto stat_opts = x.options().dtype(at::kDouble);
-  GroupStats s{at::empty({N * num_groups}, stat_opts), at::empty({N * num_groups}, stat_opts)};
+  GroupStats s(x, N * num_groups);
   check_launch(cuda::group_norm_stats(x.const_data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW, num_groups, eps,
                                       s.mean.data_ptr<double>(), s.rstd.data_ptr<double>(),
                                       at::cuda::getCurrentCUDAStream()),
@@ -219,6 +228,19 @@ at::Tensor plane_moments(const char* op, const at::Tensor& x, cuda::PreGelu pre 
                                    at::cuda::getCurrentCUDAStream(), pre),
                op);
   return moments;
+}
+
+// GroupNorm's mean / rstd from partials [N, C, tiles, 3] (the conv epilogue's per tile, or one
+// per plane), reduced per (n, group) in a fixed order.
+GroupStats group_stats_from_partials(const char* op, const at::Tensor& partials, int64_t num_groups, double eps) {
+  const int64_t N = partials.size(0);
+  GroupStats s(partials, N * num_groups);
+  check_launch(cuda::group_norm_stats_from_tiles(partials.const_data_ptr(), kernel_dtype(partials.scalar_type()), N,
+                                                 partials.size(1), partials.size(2), num_groups, eps,
+                                                 s.mean.data_ptr<double>(), s.rstd.data_ptr<double>(),
+                                                 at::cuda::getCurrentCUDAStream()),
+               op);
+  return s;
 }
 
 at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
@@ -240,7 +262,9 @@ at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
 // and a write of the output) and the statistics read its output through bias + GELU, and so must
 // the normalisation (`pending`, whose bias `pending_bias` holds).
 struct GeluGroupStats {
-  at::Tensor out, mean, rstd, pending_bias;
+  at::Tensor out;
+  GroupStats stats;
+  at::Tensor pending_bias;
   cuda::PreGelu pending;
 };
 GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at::Tensor& input,
@@ -253,23 +277,14 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
       r.out = cudnn_conv(input, weight, std::nullopt, p);
       r.pending_bias = contiguous_or_undefined(bias);
       r.pending = {true, approx, ptr_or_null(r.pending_bias)};
-      const auto stat_opts = input.options().dtype(at::kDouble);
-      r.mean = at::empty({p.N * num_groups}, stat_opts);
-      r.rstd = at::empty({p.N * num_groups}, stat_opts);
-      const at::Tensor moments = plane_moments(op, r.out, r.pending);
-      check_launch(cuda::group_norm_stats_from_tiles(moments.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
-                                                     p.C_out, 1, num_groups, eps, r.mean.data_ptr<double>(),
-                                                     r.rstd.data_ptr<double>(), at::cuda::getCurrentCUDAStream()),
-                   op);
+      r.stats = group_stats_from_partials(op, plane_moments(op, r.out, r.pending), num_groups, eps);
       return r;
     }
     r.out = cudnn_conv(input, weight, bias, p);
     check_launch(cuda::gelu_forward(r.out.const_data_ptr(), r.out.data_ptr(), r.out.numel(),
                                     kernel_dtype(r.out.scalar_type()), approx, at::cuda::getCurrentCUDAStream()),
                  op);
-    GroupStats s = group_stats(op, r.out, num_groups, eps);
-    r.mean = s.mean;
-    r.rstd = s.rstd;
+    r.stats = group_stats(op, r.out, num_groups, eps);
     return r;
   }
   const KernelCall k = kernel_call(p, input);
@@ -282,13 +297,7 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
   ep.tile_stats = tile_stats.data_ptr();
   GeluGroupStats r;
   r.out = conv_forward(op, input, weight, bias, p, k, ep);
-  const auto stat_opts = input.options().dtype(at::kDouble);
-  r.mean = at::empty({p.N * num_groups}, stat_opts);
-  r.rstd = at::empty({p.N * num_groups}, stat_opts);
-  check_launch(cuda::group_norm_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()),
-                                                 p.N, p.C_out, tiles, num_groups, eps, r.mean.data_ptr<double>(),
-                                                 r.rstd.data_ptr<double>(), at::cuda::getCurrentCUDAStream()),
-               op);
+  r.stats = group_stats_from_partials(op, tile_stats, num_groups, eps);
   return r;
 }
 
@@ -308,7 +317,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   // 1) conv + bias + GELU with GroupNorm's statistics; 2) normalise in place.
   auto run = [&](ConvSource source) {
     GeluGroupStats r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, true);
-    group_norm_apply(kOp, r.out, r.out, num_groups, r.mean, r.rstd, gn_weight, gn_bias, r.pending);
+    group_norm_apply(kOp, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
     return r.out.contiguous(output_memory_format(input));
   };
   return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), run));
@@ -330,8 +339,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
   auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
     GeluGroupStats r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, false);
     const auto stats_dtype = compute_dtype(input.scalar_type());
-    return {r.out.contiguous(output_memory_format(input)), r.mean.view({p.N, num_groups}).to(stats_dtype),
-            r.rstd.view({p.N, num_groups}).to(stats_dtype)};
+    return {r.out.contiguous(output_memory_format(input)), r.stats.mean.view({p.N, num_groups}).to(stats_dtype),
+            r.stats.rstd.view({p.N, num_groups}).to(stats_dtype)};
   };
   return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), run));
 }
@@ -418,12 +427,8 @@ at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Po
                                                 v.const_data_ptr(), ptr_or_null(w), ptr_or_null(b), bn_eps,
                                                 out.data_ptr(), plane_stats.data_ptr(), stream),
                op);
-  const auto stat_opts = x.options().dtype(at::kDouble);
-  at::Tensor gmean = at::empty({N * num_groups}, stat_opts), grstd = at::empty({N * num_groups}, stat_opts);
-  check_launch(cuda::group_norm_stats_from_tiles(plane_stats.const_data_ptr(), dtype, N, C, 1, num_groups, gn_eps,
-                                                 gmean.data_ptr<double>(), grstd.data_ptr<double>(), stream),
-               op);
-  group_norm_apply(op, out, out, num_groups, gmean, grstd, gn_weight, gn_bias);
+  const GroupStats g = group_stats_from_partials(op, plane_stats, num_groups, gn_eps);
+  group_norm_apply(op, out, out, num_groups, g.mean, g.rstd, gn_weight, gn_bias);
   return out;
 }
 
@@ -485,8 +490,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
     if (training) {
       r = conv_channel_stats(kOp, source, input, weight, bias, p, k, ep);
     } else {
-      r.out = source == ConvSource::Cudnn ? cudnn_conv(input, weight, bias, p)
-                                          : conv_forward(kOp, input, weight, bias, p, k, ep);
+      r.out = conv_by(source, kOp, input, weight, bias, p, k, ep);
       r.mean = at::empty({0}, input.options().dtype(compute_dtype(input.scalar_type())));
       r.var = at::empty_like(r.mean);
     }
