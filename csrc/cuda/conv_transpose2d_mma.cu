@@ -252,10 +252,13 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     // FFMA micro-tile (pixels ffma_px0 + 8 j x channels ffma_ch0 + i). Per kG input channels it
     // reads each pixel's kG values (one 4 / 8 / 16-byte load; 8 neighbouring pixels per quarter-warp
     // fall in distinct banks at the 48-byte pitch) and its 8 channels' weights, broadcast within
-    // quarter-warps from the prepared layout [m16 block][input channel][16 channels]. kG = 4
-    // needs ~220 registers (one block per SM), kG = 1 fits 128 (two blocks per SM; measured
-    // better than kG = 2 with the halo copied by 4-byte cp.async to free the staging registers).
-    constexpr int kG = kMinBlocks == 2 ? 1 : 4;
+    // quarter-warps from the prepared layout [m16 block][input channel][16 channels]. The one-block
+    // build takes kG = 2 (219 registers; H100, strict L1_65's kernel: 8.28 ms against 8.70 with
+    // kG = 4 at 233 registers and 8.78 with kG = 1; pixel values double-buffered a group ahead or
+    // the tap loop unrolled twice were slower), the two-block build kG = 1 (fits 128 registers;
+    // measured better than kG = 2 with the halo copied by 4-byte cp.async to free the staging
+    // registers).
+    constexpr int kG = kMinBlocks == 2 ? 1 : 2;
     auto compute_ffma = [&](const uint32_t* halo, const uint32_t* wts) {
       const float* wt = reinterpret_cast<const float*>(wts) + (ffma_ch0 / 16) * kFragWords + ffma_ch0 % 16;
       const float* hx = reinterpret_cast<const float*>(halo) + shift_first / 4;
