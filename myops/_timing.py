@@ -1,26 +1,40 @@
-"""Median wall time of a callable: CUDA events on a GPU, perf_counter on the CPU."""
+"""Median wall time of callables: CUDA events on a GPU, perf_counter on the CPU."""
 import statistics
 import time
+from typing import Callable, Dict
 
 import torch
 
 
-def median_ms(fn, device: str, warmup: int = 3, reps: int = 20) -> float:
-    for _ in range(warmup):
+def _time_once_ms(fn, device: str) -> float:
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         fn()
-    times = []
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def median_ms_each(fns: Dict[str, Callable], device: str, warmup: int = 3, reps: int = 20) -> Dict[str, float]:
+    """The median time of each callable, timed in rounds of one call each, in turn: a drift of the
+    device's speed during the run (clocks, temperature) then falls on all of them alike instead of
+    on whichever is timed last (H100, strict float32 L1_65: the same cuDNN kernels measured 3-5%
+    slower after two other timings of them than before)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     if device == "cuda":
         torch.cuda.synchronize()
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    else:
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    times = {label: [] for label in fns}
+    for _ in range(reps):
+        for label, fn in fns.items():
+            times[label].append(_time_once_ms(fn, device))
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
+def median_ms(fn, device: str, warmup: int = 3, reps: int = 20) -> float:
+    return median_ms_each({"fn": fn}, device, warmup, reps)["fn"]

@@ -1,7 +1,8 @@
 """python -m myops.bench: the seed workloads, eager PyTorch vs torch.compile (Inductor) vs myops.
 
 Each row times the three side by side in one process (CUDA events on a GPU, median of many runs
-after warm-up) and reports each one's error against a float64 reference.
+after warm-up, the three timed in turn, one call each per round) and reports each one's error
+against a float64 reference.
 """
 import argparse
 import copy
@@ -12,7 +13,7 @@ import sys
 import torch
 
 from . import workloads
-from ._timing import median_ms
+from ._timing import median_ms_each
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -43,7 +44,8 @@ def run_workload(name, device, dtype, compile_inductor, reps):
             out = fn()
             results[f"{label}_max_err"], results[f"{label}_rel_l2"] = _errors(out, ref)
             del out
-            results[f"{label}_ms"] = median_ms(fn, device, warmup=3, reps=reps)
+        for label, ms in median_ms_each(fns, device, warmup=3, reps=reps).items():
+            results[f"{label}_ms"] = ms
     results["flops"], results["bytes_min"] = case.flops, case.bytes_min
     del case, ref, fns
     gc.collect()
