@@ -1,0 +1,25 @@
+"""The bench CLI (CPU mode, as CI runs it) and its timing helper."""
+import json
+
+from myops import bench
+from myops._timing import median_ms_each
+
+
+def test_candidates_are_timed_in_turn():
+    calls = []
+    fns = {label: (lambda label=label: calls.append(label)) for label in ("eager", "inductor", "myops")}
+    times = median_ms_each(fns, "cpu", warmup=1, reps=3)
+    # warm-ups first, then one call of each per round, in the given order
+    assert calls == ["eager", "inductor", "myops"] * 4
+    assert set(times) == set(fns) and all(t >= 0 for t in times.values())
+
+
+def test_bench_cli_cpu_rows(tmp_path):
+    out = tmp_path / "rows.json"
+    rows = bench.main(["--device", "cpu", "--workloads", "gelu,group_norm", "--no-compile", "--reps", "1",
+                       "--json", str(out)])
+    assert [r["workload"] for r in rows] == ["gelu", "group_norm"]
+    assert json.loads(out.read_text()) == rows
+    for r in rows:
+        assert r["eager_ms"] > 0 and r["myops_ms"] > 0
+        assert r["myops_rel_l2"] < 1e-6  # float32 against the float64 reference
