@@ -26,17 +26,18 @@ class ConvTransposeGeluGroupNorm(nn.Module):
         return self.norm(self.act(self.conv(x)))
 
 
+# The myops rows go through the Python API, as a user calls it (for calls that need no gradient it
+# dispatches below the ops' Python autograd kernel, 40-50 us of host time on the H100 machine).
 def fused_call(block: ConvTransposeGeluGroupNorm, x):
     c, n = block.conv, block.norm
-    return torch.ops.myops.conv_transpose2d_gelu_group_norm(
-        x, c.weight, c.bias, list(c.stride), list(c.padding), list(c.output_padding), c.groups,
-        list(c.dilation), block.act.approximate, n.num_groups, n.weight, n.bias, n.eps)
+    return myops.conv_transpose2d_gelu_group_norm(
+        x, c.weight, c.bias, c.stride, c.padding, c.output_padding, c.groups, c.dilation, block.act.approximate,
+        n.num_groups, n.weight, n.bias, n.eps)
 
 
 def conv_call(conv: nn.ConvTranspose2d, x):
-    return torch.ops.myops.conv_transpose2d(
-        x, conv.weight, conv.bias, list(conv.stride), list(conv.padding), list(conv.output_padding),
-        conv.groups, list(conv.dilation))
+    return myops.conv_transpose2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.output_padding,
+                                  conv.groups, conv.dilation)
 
 
 class ConvTransposeBnTanhPoolGroupNorm(nn.Module):

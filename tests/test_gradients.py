@@ -104,3 +104,28 @@ def test_fused_gradients_equal_pytorch_modules(device, dtype, form):
     for name, a, b in zip(["input", "weight", "bias", "gn_weight", "gn_bias"], ours, ref):
         scale = b.abs().max().item()
         torch.testing.assert_close(a.float(), b.float(), atol=tol * scale, rtol=tol, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_python_api_records_autograd_only_where_needed(device):
+    # Calls that need no gradient run below the ops' autograd kernel (host time); the others must
+    # still be recorded: one parameter requiring grad is enough.
+    x = torch.randn(2, 4, 5, 5, device=device, dtype=torch.float64)
+    w = torch.randn(4, 8, 3, 3, device=device, dtype=torch.float64)
+    calls = {
+        "conv_transpose2d": lambda x, w: myops.conv_transpose2d(x, w, None, 2, 1),
+        "gelu": lambda x, w: myops.gelu(x * w.sum(), "tanh"),
+        "group_norm": lambda x, w: myops.group_norm(x, 2, w[:, 0, 0, 0]),
+        "fused": lambda x, w: myops.conv_transpose2d_gelu_group_norm(x, w, None, num_groups=4),
+    }
+    for name, call in calls.items():
+        plain = call(x, w)
+        assert not plain.requires_grad, name
+        w_grad = w.clone().requires_grad_()
+        tracked = call(x, w_grad)
+        assert tracked.requires_grad and tracked.grad_fn is not None, name
+        torch.testing.assert_close(tracked.detach(), plain, rtol=0, atol=0, msg=name)
+        with torch.no_grad():
+            assert not call(x, w_grad).requires_grad, name
+        (g,) = torch.autograd.grad(tracked.sum(), w_grad)
+        assert torch.isfinite(g).all() and g.abs().sum() > 0, name
