@@ -19,10 +19,10 @@ def _pair(v: IntOrPair) -> list:
 
 
 def _below_autograd(op, *args, **kwargs):
-    """op(*args, **kwargs) for a call that needs no gradient, dispatched below the Autograd key: there the
-    op's (Python) autograd kernel would only redispatch, which cost 40-50 us of host time per
-    L2_11 call on the H100 machine (before the first kernel starts). Not while torch.compile traces
-    (dynamo does not trace the guard; the compiled graph makes its own calls)."""
+    """op(*args, **kwargs) for a call that needs no gradient, dispatched below the Autograd key:
+    there the op's (Python) autograd kernel would only redispatch, which cost 40-50 us of host time
+    per L2_11 call on the H100 machine (before the first kernel starts). Not while torch.compile
+    traces (dynamo does not trace the guard; the compiled graph makes its own calls)."""
     if torch.compiler.is_compiling():
         return op(*args, **kwargs)
     with torch._C._AutoDispatchBelowAutograd():

@@ -26,15 +26,9 @@ class ConvTransposeGeluGroupNorm(nn.Module):
         return self.norm(self.act(self.conv(x)))
 
 
-# The myops rows go through the Python API, as a user calls it (for calls that need no gradient it
-# dispatches below the ops' Python autograd kernel, 40-50 us of host time on the H100 machine).
-def fused_call(block: ConvTransposeGeluGroupNorm, x):
-    c, n = block.conv, block.norm
-    return myops.conv_transpose2d_gelu_group_norm(
-        x, c.weight, c.bias, c.stride, c.padding, c.output_padding, c.groups, c.dilation, block.act.approximate,
-        n.num_groups, n.weight, n.bias, n.eps)
-
-
+# The myops rows go through the Python API as a user calls it: the drop-in modules of myops.nn
+# over the block's own layers, or the functions (for calls that need no gradient they dispatch
+# below the ops' Python autograd kernel, 40-50 us of host time on the H100 machine).
 def conv_call(conv: nn.ConvTranspose2d, x):
     return myops.conv_transpose2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.output_padding,
                                   conv.groups, conv.dilation)
@@ -89,7 +83,8 @@ def _l2_19(n, hw, device, dtype):
     block = ConvTransposeGeluGroupNorm(64, 64, 3, 8).to(device, dtype)
     x = torch.rand(n, 64, hw, hw, device=device, dtype=dtype)
     out_numel = n * 64 * (hw + 2) ** 2
-    return Case(block, x, lambda x: fused_call(block, x), _conv_flops(x, block.conv),
+    fused = myops.nn.ConvTranspose2dGELUGroupNorm.from_modules(block.conv, block.act, block.norm)
+    return Case(block, x, fused, _conv_flops(x, block.conv),
                 (x.numel() + out_numel) * x.element_size())
 
 

@@ -63,7 +63,8 @@ def test_channel_stats(strict_source):
 
 
 def test_batch_norm_chain(strict_source):
-    # cuDNN's source: no window stores, batch statistics by var_mean, the tail on the full output
+    # cuDNN's source: no window stores, batch statistics from per-plane moments, the tail on the
+    # full output
     check_random_chain(random.Random(78), 40, torch.float32, "cuda")
 
 
