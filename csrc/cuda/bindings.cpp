@@ -2,6 +2,7 @@
 // current stream, dtype mapping, launch-error checks. The kernels live in the .cu files.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -11,6 +12,7 @@
 #include "cuda/batch_norm_chain.cuh"
 #include "cuda/channels_last_input.cuh"
 #include "cuda/conv_transpose2d.cuh"
+#include "cuda/group_norm_follow.cuh"
 #include "cuda/norm_act.cuh"
 #include "cuda/strict_fp32_conv.h"
 #include "shapes.h"
@@ -255,6 +257,20 @@ at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
   return out.contiguous(output_memory_format(input));
 }
 
+// The fused ops' conv epilogue: bias + GELU, and GroupNorm's per-tile partials into tile_stats
+// ([N, C_out, tiles, 3], the statistics dtype).
+struct GeluTileStats {
+  at::Tensor tile_stats;
+  cuda::ConvEpilogue ep;
+  GeluTileStats(const at::Tensor& input, const ConvTranspose2dParams& p, const KernelCall& k, GeluApprox approx)
+      : tile_stats(at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3},
+                             input.options().dtype(compute_dtype(input.scalar_type())))) {
+    ep.gelu = true;
+    ep.approx = approx;
+    ep.tile_stats = tile_stats.data_ptr();
+  }
+};
+
 // conv + bias + GELU with GroupNorm's statistics: the un-normalised output (contiguous NCHW) and
 // mean / rstd (float64, [N * num_groups]). Our conv writes per-tile partials from its epilogue,
 // reduced in a fixed order. cuDNN's output gets its bias and GELU in place, or (gelu_may_wait)
@@ -288,17 +304,58 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
     return r;
   }
   const KernelCall k = kernel_call(p, input);
-  const int64_t tiles = k.plan.tiles_per_sample;
-  const auto stats_dtype = compute_dtype(input.scalar_type());
-  at::Tensor tile_stats = at::empty({p.N, p.C_out, tiles, 3}, input.options().dtype(stats_dtype));
-  cuda::ConvEpilogue ep;
-  ep.gelu = true;
-  ep.approx = approx;
-  ep.tile_stats = tile_stats.data_ptr();
+  const GeluTileStats fused(input, p, k, approx);
   GeluGroupStats r;
-  r.out = conv_forward(op, input, weight, bias, p, k, ep);
-  r.stats = group_stats_from_partials(op, tile_stats, num_groups, eps);
+  r.out = conv_forward(op, input, weight, bias, p, k, fused.ep);
+  r.stats = group_stats_from_partials(op, fused.tile_stats, num_groups, eps);
   return r;
+}
+
+// conv + bias + GELU + GroupNorm with the normalise pass following the conv on a few SMs of a
+// higher-priority stream (group_norm_follow.cuh), where the plan's kernel counts its blocks per
+// image; else nullopt. Not inside a CUDA graph: a graph may run its branches in any order,
+// serially too, and the pass must not run (and wait) before the conv.
+std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const at::Tensor& input,
+                                                         const at::Tensor& weight,
+                                                         const std::optional<at::Tensor>& bias,
+                                                         const ConvTranspose2dParams& p, GeluApprox approx,
+                                                         int64_t num_groups, double eps,
+                                                         const std::optional<at::Tensor>& gn_weight,
+                                                         const std::optional<at::Tensor>& gn_bias) {
+  const KernelCall k = kernel_call(p, input);
+  if (k.channel_fold != 1 || !cuda::conv_plan_counts_tiles(k.plan) ||
+      !cuda::group_norm_follow_supported(p.C_out, num_groups))
+    return std::nullopt;
+  const int64_t blocks_per_image = cuda::conv_plan_blocks_per_image(k.p, k.plan);
+  if (blocks_per_image <= 0 || blocks_per_image > std::numeric_limits<unsigned>::max()) return std::nullopt;
+  const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_launch(cudaStreamIsCapturing(stream, &capture), op);
+  if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
+  const int followers = cuda::group_norm_follow_blocks(at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  if (followers == 0) return std::nullopt;
+
+  // everything the pass reads, made before `ready`
+  GeluTileStats fused(input, p, k, approx);
+  at::Tensor done = at::zeros({p.N}, input.options().dtype(at::kInt));
+  fused.ep.tiles_done = reinterpret_cast<unsigned*>(done.data_ptr<int>());
+  const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
+  at::cuda::CUDAEvent ready;
+  ready.record(stream);
+  at::Tensor out = conv_forward(op, input, weight, bias, p, k, fused.ep);  // launched first: see group_norm_follow.cuh
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(/*isHighPriority=*/true, input.device().index());
+  ready.block(side);
+  const auto [N, C, HW] = n_c_hw(out);
+  check_launch(cuda::group_norm_follow(out.data_ptr(), kernel_dtype(out.scalar_type()), N, C, HW, num_groups,
+                                       fused.tile_stats.const_data_ptr(), k.plan.tiles_per_sample, eps,
+                                       ptr_or_null(gamma), ptr_or_null(beta), fused.ep.tiles_done,
+                                       static_cast<unsigned>(blocks_per_image), followers, side),
+               op);
+  // the caller's stream waits for the pass; the buffers freed here are reused on that stream only
+  at::cuda::CUDAEvent finished;
+  finished.record(side);
+  finished.block(stream);
+  return out;
 }
 
 at::Tensor conv_transpose2d_gelu_group_norm_cuda(
@@ -316,6 +373,10 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   const c10::cuda::CUDAGuard guard(input.device());
   // 1) conv + bias + GELU with GroupNorm's statistics; 2) normalise in place.
   auto run = [&](ConvSource source) {
+    if (source == ConvSource::Myops)
+      if (auto out = conv_gelu_group_norm_overlapped(kOp, input, weight, bias, p, approx, num_groups, eps, gn_weight,
+                                                     gn_bias))
+        return out->contiguous(output_memory_format(input));
     GeluGroupStats r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, true);
     group_norm_apply(kOp, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
     return r.out.contiguous(output_memory_format(input));

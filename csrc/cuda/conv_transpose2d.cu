@@ -394,11 +394,20 @@ int conv_plan_window_rows(const ConvTranspose2dParams& p, const ConvPlan& plan, 
   return ok ? plan.wg.rows : 0;
 }
 
+bool conv_plan_counts_tiles(const ConvPlan& plan) {
+  return plan.engine == ConvEngine::Wgmma && conv_wgmma_counts_tiles(plan.wg);
+}
+
+int64_t conv_plan_blocks_per_image(const ConvTranspose2dParams& p, const ConvPlan& plan) {
+  return plan.engine == ConvEngine::Wgmma ? conv_wgmma_blocks_per_image(p, plan.wg) : 0;
+}
+
 cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight, const void* bias,
                                      void* out, DType dtype, Fp32Math fp32_math,
                                      const ConvTranspose2dParams& p, const ConvPlan& plan,
                                      const ConvEpilogue& ep, cudaStream_t stream) {
   if (ep.pool_windows && conv_plan_window_rows(p, plan, dtype) == 0) return cudaErrorInvalidValue;
+  if (ep.tiles_done != nullptr && (!conv_plan_counts_tiles(plan) || ep.tile_stats == nullptr)) return cudaErrorInvalidValue;
   if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_forward(x, prepared_weight, bias, out, dtype, p, plan.wg, ep, stream);
   if (plan.engine == ConvEngine::Mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, plan.tiling, ep, stream);
   if (plan.engine == ConvEngine::Direct) return conv_direct_forward(x, prepared_weight, bias, out, dtype, p, plan.direct, ep, stream);

@@ -20,6 +20,10 @@ struct ConvEpilogue {
   // the accumulation type (double for float64, else float), laid out
   // [N][C_out][ConvPlan::tiles_per_sample][3]; reduced later in a fixed order.
   void* tile_stats = nullptr;
+  // If set (with tile_stats; kernels for which conv_plan_counts_tiles): [N] counters, each block
+  // adds 1 to its image's once its outputs and tile partials are visible device-wide (the
+  // normalise pass that follows the conv: group_norm_follow.cuh)
+  unsigned* tiles_done = nullptr;
   // The statistics' channel is channel_fold consecutive output channels of the call (> 1: the
   // pointwise view of a 1 x 1 input, whose channels are (channel, kh, kw): see bindings.cpp);
   // the mma.sync kernel's blocks then hold whole folds (it divides 16).
@@ -71,6 +75,11 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
 // neighbouring columns and every row of a tile, with stride 1: one output phase), else 0.
 // MYOPS_DISABLE_WINDOW_STORES=1: never.
 int conv_plan_window_rows(const ConvTranspose2dParams& p, const ConvPlan& plan, DType dtype);
+
+// Whether the plan's kernel counts finished blocks per image (ConvEpilogue::tiles_done): the
+// two-block wgmma kernel; and how many blocks each image has then.
+bool conv_plan_counts_tiles(const ConvPlan& plan);
+int64_t conv_plan_blocks_per_image(const ConvTranspose2dParams& p, const ConvPlan& plan);
 
 // weight [C_in, C_out / groups, kH, kW] (contiguous) -> the plan's prepared layout.
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,

@@ -546,7 +546,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // measured 3% slower). To join, the warpgroups first return to the launch's register count,
   // the producer only once the consumer has released its registers (a setmaxnreg.inc that waits
   // for registers spins, taking issue slots from the other block's MMAs).
-  const bool join = ep.gelu || ep.tile_stats != nullptr;
+  const bool join = ep.gelu || ep.tile_stats != nullptr || ep.tiles_done != nullptr;
   constexpr int kLaunchRegs = 65536 / (kThreads * 2);
   const NamedBarrier handover{2, kThreads};  // the consumer has freed its extra registers
   if (threadIdx.x < kWarpgroup) {
@@ -567,6 +567,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();  // Cs holds the tile
   epilogue(std::integral_constant<int, kThreads>{}, static_cast<int>(threadIdx.x), BlockSync{});
+  if (ep.tiles_done != nullptr) {
+    // the fence, after the barrier, makes every thread's stores visible before the count (the
+    // pattern of a grid barrier). A count per warp (no barrier, 8 fences) measured slower: H100,
+    // float32 L2_19 with 33 follower blocks 4.78 ms against 4.45.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(ep.tiles_done + n, 1u);
+    }
+  }
 }
 
 // Where tile t of the persistent walk lies: tiles of one image and 64-channel block are
@@ -927,6 +937,10 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
 
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t) {
   return phase_tiles_per_sample(p, t.rows, 8 * t.q);
+}
+
+int64_t conv_wgmma_blocks_per_image(const ConvTranspose2dParams& p, const WgmmaTiling& t) {
+  return conv_wgmma_tiles_per_sample(p, t) * p.groups * ceil_div(p.C_out_g, kBlockCh);  // launch_tile's grid x * y
 }
 
 // In elements of the input dtype (the buffer is allocated with the weight's dtype).

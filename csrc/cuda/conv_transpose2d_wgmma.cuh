@@ -53,6 +53,10 @@ inline bool conv_wgmma_stores_windows(const WgmmaTiling& t, DType dtype) {
   return t.q > 0 && t.rows == 17 && (dtype == DType::F32 || t.nhwc);
 }
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t);
+// Whether the tiling's kernel counts its blocks per image (ConvEpilogue::tiles_done): the
+// two-block form (16-row strips; the persistent ping-pong form does not); its blocks per image.
+inline bool conv_wgmma_counts_tiles(const WgmmaTiling& t) { return t.q > 0 && t.rows == 16; }
+int64_t conv_wgmma_blocks_per_image(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
 cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,
                                       const ConvTranspose2dParams& p, cudaStream_t stream);

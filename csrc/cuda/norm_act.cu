@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cuda/dtype_traits.cuh"
+#include "cuda/group_norm_math.cuh"
 #include "cuda/moments.cuh"
 #include "cuda/norm_act.cuh"
 
@@ -50,23 +51,6 @@ cudaError_t launch_gelu(const void* x, void* y, int64_t n, GeluApprox approx, cu
   gelu_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n_vec, n, approx);
   return cudaGetLastError();
 }
-
-// How the normalisation kernels read an element: as stored, or (kPre: PreGelu) GELU of it plus
-// its channel's bias, the sum and GELU's output each rounded to T as if they had been stored.
-template <typename T, bool kPre>
-struct ReadAs {
-  using value_t = T;
-  using Tr = DTypeTraits<T>;
-  using acc_t = typename Tr::acc_t;
-  GeluApprox approx;
-  __device__ acc_t operator()(T v, acc_t bias) const {
-    if constexpr (kPre) {
-      const acc_t biased = Tr::to_acc(Tr::from_acc(Tr::to_acc(v) + bias));
-      return Tr::to_acc(Tr::from_acc(gelu<acc_t>(biased, approx)));
-    }
-    return Tr::to_acc(v);
-  }
-};
 
 // ---- Statistics over a tensor ----------------------------------------------------------------
 // Sums of d = read(x) - shift and of d^2 over one block's segment of n elements, shift = read of
@@ -153,17 +137,7 @@ __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64
   constexpr int kTeam = kWarpPerGroup ? 32 : kThreads;
   const int64_t group = blockIdx.x * int64_t(kThreads / kTeam) + threadIdx.x / kTeam;
   if (kWarpPerGroup && group >= groups) return;  // whole warps: the shuffles see all 32 lanes
-  // the group's (channel, tile) entries are contiguous: [C_g][tiles][3]
-  const S* t = tiles + group * per_group * 3;
-  Moments acc{0, 0, 0};
-  for (int64_t i = threadIdx.x % kTeam; i < per_group; i += kTeam)
-    acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
-  Moments all;
-  if constexpr (kWarpPerGroup) {
-    all = warp_combine(acc);
-  } else {
-    all = block_combine<kThreads>(acc);
-  }
+  const Moments all = group_moments_from_tiles<kTeam>(tiles, group, per_group, threadIdx.x % kTeam);
   if (threadIdx.x % kTeam == 0) {
     mean[group] = all.mean;
     rstd[group] = rsqrt(all.m2 / all.n + eps);
@@ -171,28 +145,6 @@ __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64
 }
 
 // ---- normalise -------------------------------------------------------------------------------
-// y = (x - mean) * (rstd * gamma) + beta for one (n, c) plane, folded once per plane (in float64);
-// x read through a ReadAs, with the plane's pre-activation bias (PreGelu::bias) where given.
-template <typename T>
-struct PlaneNorm {
-  using Tr = DTypeTraits<T>;
-  using acc_t = typename Tr::acc_t;
-  acc_t mu, scale, shift, in_bias;
-  PlaneNorm() = default;
-  __device__ PlaneNorm(int64_t plane, int64_t C, int64_t C_g, const double* mean, const double* rstd,
-                       const T* gamma, const T* beta, const T* pre_bias) {
-    const int64_t c = plane % C, ng = (plane / C) * (C / C_g) + c / C_g;
-    scale = static_cast<acc_t>(rstd[ng] * (gamma ? static_cast<double>(Tr::to_acc(gamma[c])) : 1.0));
-    mu = static_cast<acc_t>(mean[ng]);
-    shift = beta ? Tr::to_acc(beta[c]) : acc_t(0);
-    in_bias = pre_bias ? Tr::to_acc(pre_bias[c]) : acc_t(0);
-  }
-  template <typename Read>
-  __device__ T operator()(const Read& read, T v) const {
-    return Tr::from_acc((read(v, in_bias) - mu) * scale + shift);
-  }
-};
-
 // grid: (blocks per plane, N * C). Each block normalises part of one (n, c) plane.
 template <typename T, bool kPre>
 __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t plane0, int64_t C,
@@ -200,37 +152,10 @@ __global__ void group_norm_apply_kernel(const T* __restrict__ x, T* __restrict__
                                         const double* __restrict__ rstd, const T* __restrict__ gamma,
                                         const T* __restrict__ beta, bool vec_ok, ReadAs<T, kPre> read,
                                         const T* __restrict__ pre_bias) {
-  constexpr int kVec = DTypeTraits<T>::kVec;
   const int64_t plane = plane0 + blockIdx.y;
   const PlaneNorm<T> norm(plane, C, C_g, mean, rstd, gamma, beta, pre_bias);
-  const T* xp = x + plane * HW;
-  T* yp = y + plane * HW;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t t0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  const int64_t head = vec_ok ? vector_head(xp, HW) : 0, n_vec = vec_ok ? (HW - head) / kVec : 0;
-  const Vec<T, kVec>* xv = reinterpret_cast<const Vec<T, kVec>*>(xp + head);
-  Vec<T, kVec>* yv = reinterpret_cast<Vec<T, kVec>*>(yp + head);
-  constexpr int kUnroll = 4;  // vectors in flight per thread
-  int64_t i = t0;
-  for (; i + (kUnroll - 1) * stride < n_vec; i += kUnroll * stride) {
-    Vec<T, kVec> v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = xv[i + u * stride];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) v[u].v[k] = norm(read, v[u].v[k]);
-      yv[i + u * stride] = v[u];
-    }
-  }
-  for (; i < n_vec; i += stride) {
-    Vec<T, kVec> v = xv[i];
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v.v[k] = norm(read, v.v[k]);
-    yv[i] = v;
-  }
-  if (t0 < head) yp[t0] = norm(read, xp[t0]);
-  for (int64_t e = head + n_vec * kVec + t0; e < HW; e += stride) yp[e] = norm(read, xp[e]);
+  normalise_plane<4>(x + plane * HW, y + plane * HW, HW, norm, read, vec_ok,
+                     blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
 // Small planes (a decoder's first layers: 4x4 to 32x32 maps over many channels): one block per
@@ -363,7 +288,7 @@ cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int
     using S = decltype(tag);
     const S* stats = static_cast<const S*>(tile_stats);
     // up to 16 entries per lane: a warp per group (one wave instead of many idle blocks)
-    if (per_group <= 16 * 32) {
+    if (per_group <= kWarpGroupEntries) {
       constexpr int64_t kGroupsPerBlock = kThreads / 32;
       group_stats_from_tiles_kernel<S, true>
           <<<static_cast<unsigned>((groups + kGroupsPerBlock - 1) / kGroupsPerBlock), kThreads, 0, stream>>>(

@@ -1,0 +1,36 @@
+#pragma once
+// GroupNorm's normalise pass run *alongside* the conv that produces its input (the fused
+// conv_transpose2d_gelu_group_norm op): a few persistent blocks, on a higher-priority stream,
+// take the (image, group) items in image order; an item waits until every conv block of its
+// image has counted itself done (ConvEpilogue::tiles_done: after its output and tile partials,
+// fence + atomic add), reduces its group's tile partials (the same fixed order as
+// group_norm_stats_from_tiles, so the same bits) and normalises the group's planes in place.
+// Why: the conv moves ~1.3 TB/s at L2_19's size and the separate pass is pure memory traffic
+// (1.6 ms float32), so run on a few SMs it fits in the DRAM bandwidth the conv leaves unused.
+// Safe in any launch order: the conv never waits for these blocks, and they hold only a few of
+// the conv's block slots (launched after the conv, or serialised, they find their images done).
+#include "cuda/launch.cuh"
+
+namespace myops {
+namespace cuda {
+
+// y: contiguous [N, C, HW], normalised in place (gamma / beta nullable, in y's dtype);
+// tile_stats: [N][C][tiles][3] as the conv epilogue writes them (double for float64, else
+// float); tiles_done: [N] counters, image n complete at blocks_per_image; `blocks`: how many
+// persistent blocks (the launch takes at most one per item). sm_90 only (bulk copies): the host
+// takes it with the Hopper conv kernel only.
+cudaError_t group_norm_follow(void* y, DType dtype, int64_t N, int64_t C, int64_t HW, int64_t num_groups,
+                              const void* tile_stats, int64_t tiles, double eps, const void* gamma,
+                              const void* beta, const unsigned* tiles_done, unsigned blocks_per_image, int blocks,
+                              cudaStream_t stream);
+
+// Whether the pass takes GroupNorm of C channels in num_groups groups (a group's per-channel
+// affine maps live in shared memory).
+bool group_norm_follow_supported(int64_t C, int64_t num_groups);
+
+// Follower blocks for a device of `sms` multiprocessors (MYOPS_GN_FOLLOWERS=k overrides, for
+// measurements; 0 turns the overlap off).
+int group_norm_follow_blocks(int sms);
+
+}  // namespace cuda
+}  // namespace myops

@@ -1,0 +1,108 @@
+#pragma once
+// GroupNorm pieces shared by the normalise kernels (norm_act.cu) and the pass that follows the
+// conv (group_norm_follow.cu): how an element is read, the per-plane affine map, the loop over a
+// plane, and the fixed-order reduction of the conv epilogue's tile partials. One definition each,
+// so that every path produces the same bits.
+#include "cuda/dtype_traits.cuh"
+#include "cuda/moments.cuh"
+#include "cuda/norm_act.cuh"
+
+namespace myops {
+namespace cuda {
+
+// How the normalisation kernels read an element: as stored, or (kPre: PreGelu) GELU of it plus
+// its channel's bias, the sum and GELU's output each rounded to T as if they had been stored.
+template <typename T, bool kPre>
+struct ReadAs {
+  using value_t = T;
+  using Tr = DTypeTraits<T>;
+  using acc_t = typename Tr::acc_t;
+  GeluApprox approx;
+  __device__ acc_t operator()(T v, acc_t bias) const {
+    if constexpr (kPre) {
+      const acc_t biased = Tr::to_acc(Tr::from_acc(Tr::to_acc(v) + bias));
+      return Tr::to_acc(Tr::from_acc(gelu<acc_t>(biased, approx)));
+    }
+    return Tr::to_acc(v);
+  }
+};
+
+// y = (x - mean) * (rstd * gamma) + beta for one (n, c) plane, folded once per plane (in float64);
+// x read through a ReadAs, with the plane's pre-activation bias (PreGelu::bias) where given.
+template <typename T>
+struct PlaneNorm {
+  using Tr = DTypeTraits<T>;
+  using acc_t = typename Tr::acc_t;
+  acc_t mu, scale, shift, in_bias;
+  PlaneNorm() = default;
+  // channel c of a group with statistics (mean, rstd)
+  __device__ PlaneNorm(int64_t c, double mean, double rstd, const T* gamma, const T* beta, const T* pre_bias)
+      : mu(static_cast<acc_t>(mean)),
+        scale(static_cast<acc_t>(rstd * (gamma ? static_cast<double>(Tr::to_acc(gamma[c])) : 1.0))),
+        shift(beta ? Tr::to_acc(beta[c]) : acc_t(0)),
+        in_bias(pre_bias ? Tr::to_acc(pre_bias[c]) : acc_t(0)) {}
+  // plane (n, c) of [N, C, HW] with per-(n, group) statistics
+  __device__ PlaneNorm(int64_t plane, int64_t C, int64_t C_g, const double* mean, const double* rstd,
+                       const T* gamma, const T* beta, const T* pre_bias)
+      : PlaneNorm(plane % C, mean[(plane / C) * (C / C_g) + plane % C / C_g],
+                  rstd[(plane / C) * (C / C_g) + plane % C / C_g], gamma, beta, pre_bias) {}
+  template <typename Read>
+  __device__ T operator()(const Read& read, T v) const {
+    return Tr::from_acc((read(v, in_bias) - mu) * scale + shift);
+  }
+};
+
+// One plane of HW elements, xp -> yp (may alias), by the threads t0, t0 + stride, ...: 16-byte
+// vectors (vec_ok: xp and yp equally placed modulo 16 bytes) kUnroll in flight per thread, a
+// scalar head up to the first 16-byte boundary and a scalar tail.
+template <int kUnroll, typename T, typename Read>
+__device__ inline void normalise_plane(const T* xp, T* yp, int64_t HW, const PlaneNorm<T>& norm, const Read& read,
+                                       bool vec_ok, int64_t t0, int64_t stride) {
+  constexpr int kVec = DTypeTraits<T>::kVec;
+  const int64_t head = vec_ok ? vector_head(xp, HW) : 0, n_vec = vec_ok ? (HW - head) / kVec : 0;
+  const Vec<T, kVec>* xv = reinterpret_cast<const Vec<T, kVec>*>(xp + head);
+  Vec<T, kVec>* yv = reinterpret_cast<Vec<T, kVec>*>(yp + head);
+  int64_t i = t0;
+  for (; i + (kUnroll - 1) * stride < n_vec; i += kUnroll * stride) {
+    Vec<T, kVec> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = xv[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[u].v[k] = norm(read, v[u].v[k]);
+      yv[i + u * stride] = v[u];
+    }
+  }
+  for (; i < n_vec; i += stride) {
+    Vec<T, kVec> v = xv[i];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v.v[k] = norm(read, v.v[k]);
+    yv[i] = v;
+  }
+  if (t0 < head) yp[t0] = norm(read, xp[t0]);
+  for (int64_t e = head + n_vec * kVec + t0; e < HW; e += stride) yp[e] = norm(read, xp[e]);
+}
+
+// Group `group`'s (count, mean, M2) from tile partials [groups][per_group][3] (a group's
+// (channel, tile) entries are contiguous), by a team of kTeam threads (a warp, or a whole block of
+// kTeam threads), `member` its index: each member combines entries member, member + kTeam, ...,
+// then the team combines the members in a fixed order. Valid in member 0.
+template <int kTeam, typename S>
+__device__ inline Moments group_moments_from_tiles(const S* tiles, int64_t group, int64_t per_group, int member) {
+  const S* t = tiles + group * per_group * 3;
+  Moments acc{0, 0, 0};
+  for (int64_t i = member; i < per_group; i += kTeam) acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
+  if constexpr (kTeam == 32) {
+    return warp_combine(acc);
+  } else {
+    return block_combine<kTeam>(acc);
+  }
+}
+
+// Tile partials per group up to which a warp reduces a group (group_norm_stats_from_tiles): a
+// block per group is mostly idle threads and barriers there.
+constexpr int64_t kWarpGroupEntries = 16 * 32;
+
+}  // namespace cuda
+}  // namespace myops
