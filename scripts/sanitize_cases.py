@@ -37,6 +37,7 @@ for dtype, tf32, source in ((torch.float32, True, "myops"), (torch.float32, Fals
     torch.backends.cudnn.allow_tf32 = tf32
     os.environ["MYOPS_STRICT_FP32_CONV"] = source
     for n, cin, cog, g, h, w, k, s, p, op, d, has_b in CONFIGS:
+        print(f"{dtype} tf32={tf32} {source}: {(n, cin, cog, g, h, w, k, s, p, op, d, has_b)}", flush=True)
         x = torch.randn(n, cin, h, w, device=dev, dtype=dtype)
         wt = torch.randn(cin, cog, *k, device=dev, dtype=dtype)
         b = torch.randn(cog * g, device=dev, dtype=dtype) if has_b else None

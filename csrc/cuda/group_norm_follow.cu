@@ -152,9 +152,13 @@ __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(
 // blocks: float32 5.05-5.09 / 5.06 / 4.50 / 4.45-4.50 / 4.51 / 4.60, bfloat16 3.31-3.42 / 3.50 /
 // 3.04 / 3.05-3.15 / 3.26 / 3.32. Fewer fall behind the conv (its output then leaves L2 before
 // they read it), more take block slots from it.
+// Under MPS with a share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) the device's SM count
+// overstates the block slots the process gets: follower blocks could then hold every slot while
+// the conv's remaining blocks wait for one, so the overlap stays off there.
 int group_norm_follow_blocks(int sms) {
   const char* env = std::getenv("MYOPS_GN_FOLLOWERS");
   if (env != nullptr && *env != 0) return std::max(0, std::atoi(env));
+  if (std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != nullptr) return 0;
   return std::max(1, sms / 4);
 }
 

@@ -7,8 +7,10 @@
 // group_norm_stats_from_tiles, so the same bits) and normalises the group's planes in place.
 // Why: the conv moves ~1.3 TB/s at L2_19's size and the separate pass is pure memory traffic
 // (1.6 ms float32), so run on a few SMs it fits in the DRAM bandwidth the conv leaves unused.
-// Safe in any launch order: the conv never waits for these blocks, and they hold only a few of
-// the conv's block slots (launched after the conv, or serialised, they find their images done).
+// Safe in any launch order while the follower blocks are fewer than the block slots the process
+// has: the conv never waits for them, so its blocks always find a slot (launched after the conv,
+// or serialised, they find their images done). Off under MPS with an SM share
+// (group_norm_follow_blocks), where the device's SM count does not tell those slots.
 #include "cuda/launch.cuh"
 
 namespace myops {
@@ -28,8 +30,8 @@ cudaError_t group_norm_follow(void* y, DType dtype, int64_t N, int64_t C, int64_
 // affine maps live in shared memory).
 bool group_norm_follow_supported(int64_t C, int64_t num_groups);
 
-// Follower blocks for a device of `sms` multiprocessors (MYOPS_GN_FOLLOWERS=k overrides, for
-// measurements; 0 turns the overlap off).
+// Follower blocks for a device of `sms` multiprocessors: sms / 4 (MYOPS_GN_FOLLOWERS=k overrides;
+// 0 turns the overlap off: the separate statistics and normalise passes).
 int group_norm_follow_blocks(int sms);
 
 }  // namespace cuda
