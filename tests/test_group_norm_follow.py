@@ -72,26 +72,28 @@ def test_separate_passes_when_turned_off(monkeypatch):
     assert not follower_ran(lambda: OP(*args))
 
 
-def test_non_default_stream():
-    args = case(**CASES["two_channel_blocks"], dtype=torch.bfloat16)
-    expected = OP(*args)
+def on_new_stream(fn):
+    """fn() on a fresh stream, ordered after and before the current stream's work."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        out = OP(*args)
-        out_again = OP(*args)  # back to back on that stream: the second conv must wait for the first pass
+        result = fn()
     torch.cuda.current_stream().wait_stream(stream)
+    return result
+
+
+def test_non_default_stream():
+    args = case(**CASES["two_channel_blocks"], dtype=torch.bfloat16)
+    expected = OP(*args)
+    # back to back on that stream: the second conv must wait for the first pass
+    out, out_again = on_new_stream(lambda: (OP(*args), OP(*args)))
     assert torch.equal(out, expected) and torch.equal(out_again, expected)
 
 
 def test_inside_cuda_graph():
     args = case(**CASES["seed_like"], dtype=torch.float32)
     expected = OP(*args)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        OP(*args)  # warm-up outside the capture (plans, cuDNN-free)
-    torch.cuda.current_stream().wait_stream(stream)
+    on_new_stream(lambda: OP(*args))  # warm-up outside the capture (plans)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = OP(*args)

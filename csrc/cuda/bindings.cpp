@@ -283,6 +283,17 @@ struct GeluGroupStats {
   at::Tensor pending_bias;
   cuda::PreGelu pending;
 };
+// Our conv, run as k says, with the GELU + tile-partials epilogue; the partials reduced per group.
+GeluGroupStats conv_gelu_group_stats_ours(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                          const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
+                                          const KernelCall& k, GeluApprox approx, int64_t num_groups, double eps) {
+  const GeluTileStats fused(input, p, k, approx);
+  GeluGroupStats r;
+  r.out = conv_forward(op, input, weight, bias, p, k, fused.ep);
+  r.stats = group_stats_from_partials(op, fused.tile_stats, num_groups, eps);
+  return r;
+}
+
 GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at::Tensor& input,
                                      const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                      const ConvTranspose2dParams& p, GeluApprox approx, int64_t num_groups,
@@ -303,12 +314,7 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
     r.stats = group_stats(op, r.out, num_groups, eps);
     return r;
   }
-  const KernelCall k = kernel_call(p, input);
-  const GeluTileStats fused(input, p, k, approx);
-  GeluGroupStats r;
-  r.out = conv_forward(op, input, weight, bias, p, k, fused.ep);
-  r.stats = group_stats_from_partials(op, fused.tile_stats, num_groups, eps);
-  return r;
+  return conv_gelu_group_stats_ours(op, input, weight, bias, p, kernel_call(p, input), approx, num_groups, eps);
 }
 
 // conv + bias + GELU + GroupNorm with the normalise pass following the conv on a few SMs of a
@@ -318,11 +324,10 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
 std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const at::Tensor& input,
                                                          const at::Tensor& weight,
                                                          const std::optional<at::Tensor>& bias,
-                                                         const ConvTranspose2dParams& p, GeluApprox approx,
-                                                         int64_t num_groups, double eps,
+                                                         const ConvTranspose2dParams& p, const KernelCall& k,
+                                                         GeluApprox approx, int64_t num_groups, double eps,
                                                          const std::optional<at::Tensor>& gn_weight,
                                                          const std::optional<at::Tensor>& gn_bias) {
-  const KernelCall k = kernel_call(p, input);
   if (k.channel_fold != 1 || !cuda::conv_plan_counts_tiles(k.plan) ||
       !cuda::group_norm_follow_supported(p.C_out, num_groups))
     return std::nullopt;
@@ -373,11 +378,16 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   const c10::cuda::CUDAGuard guard(input.device());
   // 1) conv + bias + GELU with GroupNorm's statistics; 2) normalise in place.
   auto run = [&](ConvSource source) {
-    if (source == ConvSource::Myops)
-      if (auto out = conv_gelu_group_norm_overlapped(kOp, input, weight, bias, p, approx, num_groups, eps, gn_weight,
-                                                     gn_bias))
+    GeluGroupStats r;
+    if (source == ConvSource::Myops) {
+      const KernelCall k = kernel_call(p, input);  // one plan lookup for either form
+      if (auto out = conv_gelu_group_norm_overlapped(kOp, input, weight, bias, p, k, approx, num_groups, eps,
+                                                     gn_weight, gn_bias))
         return out->contiguous(output_memory_format(input));
-    GeluGroupStats r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, true);
+      r = conv_gelu_group_stats_ours(kOp, input, weight, bias, p, k, approx, num_groups, eps);
+    } else {
+      r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, true);
+    }
     group_norm_apply(kOp, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
     return r.out.contiguous(output_memory_format(input));
   };

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(
   const uint32_t bars = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   uint8_t* slots = smem + kBarrierBytes;
   PlaneNorm<T>* norms = reinterpret_cast<PlaneNorm<T>*>(slots + kSlots * kPieceBytes);
-  __shared__ double group_mean, group_rstd;
+  __shared__ double item_mean, item_rstd;
   if (threadIdx.x == 0)
     for (int s = 0; s < kSlots; ++s) mbar_init(bars + 8 * s, 1);
   __syncthreads();
@@ -83,12 +83,12 @@ __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(
       all = group_moments_from_tiles<kThreads>(tile_stats, item, per_group, threadIdx.x);
     }
     if (threadIdx.x == 0) {
-      group_mean = all.mean;
-      group_rstd = rsqrt(all.m2 / all.n + eps);
+      item_mean = all.mean;
+      item_rstd = group_rstd(all, eps);
     }
     __syncthreads();
     for (int64_t c = threadIdx.x; c < C_g; c += kThreads)
-      norms[c] = PlaneNorm<T>(c0 + c, group_mean, group_rstd, gamma, beta, nullptr);
+      norms[c] = PlaneNorm<T>(c0 + c, item_mean, item_rstd, gamma, beta, nullptr);
     __syncthreads();
 
     T* span = y + (n * C + c0) * HW;

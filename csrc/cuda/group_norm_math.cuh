@@ -100,6 +100,9 @@ __device__ inline Moments group_moments_from_tiles(const S* tiles, int64_t group
   }
 }
 
+// GroupNorm's rstd from a group's moments (biased variance), one expression for every path.
+__device__ inline double group_rstd(const Moments& m, double eps) { return rsqrt(m.m2 / m.n + eps); }
+
 // Tile partials per group up to which a warp reduces a group (group_norm_stats_from_tiles): a
 // block per group is mostly idle threads and barriers there.
 constexpr int64_t kWarpGroupEntries = 16 * 32;

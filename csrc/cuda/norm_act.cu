@@ -140,7 +140,7 @@ __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64
   const Moments all = group_moments_from_tiles<kTeam>(tiles, group, per_group, threadIdx.x % kTeam);
   if (threadIdx.x % kTeam == 0) {
     mean[group] = all.mean;
-    rstd[group] = rsqrt(all.m2 / all.n + eps);
+    rstd[group] = group_rstd(all, eps);
   }
 }
 
