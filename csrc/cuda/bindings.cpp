@@ -337,7 +337,12 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check_launch(cudaStreamIsCapturing(stream, &capture), op);
   if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
-  const int followers = cuda::group_norm_follow_blocks(at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  // multiply-adds per output value: C_in / groups per tap, taps spread over the stride's phases
+  const double flops_per_value = 2.0 * static_cast<double>(p.C_in / p.groups * p.kH * p.kW) / static_cast<double>(p.sH * p.sW);
+  const cuda::FollowShape shape{p.N, p.C_out, p.OH * p.OW, num_groups, static_cast<int>(input.element_size()),
+                                flops_per_value};
+  const int followers =
+      cuda::group_norm_follow_blocks(at::cuda::getCurrentDeviceProperties()->multiProcessorCount, shape);
   if (followers == 0) return std::nullopt;
 
   // everything the pass reads, made before `ready`

@@ -155,11 +155,32 @@ __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(
 // Under MPS with a share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) the device's SM count
 // overstates the block slots the process gets: follower blocks could then hold every slot while
 // the conv's remaining blocks wait for one, so the overlap stays off there.
-int group_norm_follow_blocks(int sms) {
+int group_norm_follow_blocks(int sms, const FollowShape& s) {
   const char* env = std::getenv("MYOPS_GN_FOLLOWERS");
   if (env != nullptr && *env != 0) return std::max(0, std::atoi(env));
   if (std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != nullptr) return 0;
-  return std::max(1, sms / 4);
+  return group_norm_follow_pays(s) ? std::max(1, sms / 4) : 0;
+}
+
+// The followers cost the conv ~30% of its time (the slots they hold, the count's fence, the memory
+// traffic they add) and save the separate normalise pass, so the pass must be a large enough
+// share of the conv: few enough FLOPs per output value. Each (image, group) item has a fixed cost
+// (~5 us: the wait, the partials, the first copies), so items must be large; and an image is
+// normalised only once all its conv blocks are done, the last one after the conv on a quarter of
+// the SMs, so there must be many images. H100, whole op ms, separate passes / followers (same
+// run, alternating): L2_19's layer (1152 FLOPs per value, 8-channel groups of 258^2) float32 at
+// N = 8 / 16 / 32 / 64 / 128: 0.475 / 0.824 / 1.442 / 2.675 / 5.080 against 0.539 / 0.840 /
+// 1.387 / 2.437 / 4.521, bfloat16 0.370 / 0.590 / 0.997 / 1.792 / 3.392 against 0.420 / 0.624 /
+// 1.027 / 1.708 / 3.179; the followers lost on every other shape tried: 128 -> 128 channels k3 at
+// 128^2 (2304 FLOPs per value; float32 N = 16 / 32 / 64: 0.499 / 0.913 / 1.667 against 0.562 /
+// 0.992 / 1.800), k4 stride-2 layers (bfloat16 16 x 128 x 64^2 in, 4-channel groups: 0.378 against
+// 0.450; 256 x 128 x 16^2 in, 16 KB items: 0.288 against 0.597), 64 channels at 64^2 (N = 64,
+// 128 KB items: 0.284 against 0.400), 8 images of 1024^2 (5.155 against 5.360).
+bool group_norm_follow_pays(const FollowShape& s) {
+  constexpr int64_t kMinImages = 32, kMinItemBytes = 512 * 1024;
+  constexpr double kMaxFlopsPerValue = 1536;
+  const int64_t item_bytes = s.num_groups > 0 ? s.C / s.num_groups * s.HW * s.elem_bytes : 0;
+  return s.N >= kMinImages && item_bytes >= kMinItemBytes && s.flops_per_value <= kMaxFlopsPerValue;
 }
 
 bool group_norm_follow_supported(int64_t C, int64_t num_groups) {

@@ -30,9 +30,21 @@ cudaError_t group_norm_follow(void* y, DType dtype, int64_t N, int64_t C, int64_
 // affine maps live in shared memory).
 bool group_norm_follow_supported(int64_t C, int64_t num_groups);
 
-// Follower blocks for a device of `sms` multiprocessors: sms / 4 (MYOPS_GN_FOLLOWERS=k overrides;
-// 0 turns the overlap off: the separate statistics and normalise passes).
-int group_norm_follow_blocks(int sms);
+// The shape of a fused call, as far as the overlap's payoff goes.
+struct FollowShape {
+  int64_t N, C, HW, num_groups;
+  int elem_bytes;          // of the output
+  double flops_per_value;  // the conv's multiply-adds x 2 per output value
+};
+
+// Whether the overlap is expected to beat the separate passes for the shape (the data behind the
+// rule are in group_norm_follow.cu).
+bool group_norm_follow_pays(const FollowShape& s);
+
+// Follower blocks for a call of shape s on a device of `sms` multiprocessors: sms / 4 where the
+// overlap pays, else 0 (the separate statistics and normalise passes). MYOPS_GN_FOLLOWERS=k
+// overrides both: k blocks whatever the shape (0: off).
+int group_norm_follow_blocks(int sms, const FollowShape& s);
 
 }  // namespace cuda
 }  // namespace myops
