@@ -2,12 +2,12 @@
 // current stream, dtype mapping, launch-error checks. The kernels live in the .cu files.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include <limits>
 #include <tuple>
+#include <vector>
 
 #include "cuda/batch_norm_chain.cuh"
 #include "cuda/channels_last_input.cuh"
@@ -317,6 +317,38 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
   return conv_gelu_group_stats_ours(op, input, weight, bias, p, kernel_call(p, input), approx, num_groups, eps);
 }
 
+// An event of this thread for device `device`, slot `which`, created once. Recording it again
+// later does not change a wait already enqueued on it (cudaStreamWaitEvent takes the record
+// current at the call), so a thread can reuse it from call to call; another thread has its own.
+// at::cuda::CUDAEvent creates and destroys one per call: ~7 us of host time each (H100 host),
+// while the GPU waits for the fused op's first kernels.
+cudaEvent_t thread_event(int device, int which) {
+  struct Events {
+    std::vector<cudaEvent_t> events;
+    ~Events() {
+      for (cudaEvent_t e : events)
+        if (e != nullptr) cudaEventDestroy(e);  // at exit the context may be gone: errors ignored
+    }
+  };
+  thread_local Events cache;
+  const size_t i = static_cast<size_t>(device) * 2 + static_cast<size_t>(which);
+  if (cache.events.size() <= i) cache.events.resize(i + 1, nullptr);
+  if (cache.events[i] == nullptr) {
+    cudaEvent_t e = nullptr;
+    TORCH_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess,
+                "myops: cudaEventCreateWithFlags failed");
+    cache.events[i] = e;
+  }
+  return cache.events[i];
+}
+
+// Makes `waiter` wait for the work enqueued so far on `stream`, through this thread's event `which`.
+void stream_wait(const char* op, cudaStream_t waiter, cudaStream_t stream, int device, int which) {
+  const cudaEvent_t e = thread_event(device, which);
+  check_launch(cudaEventRecord(e, stream), op);
+  check_launch(cudaStreamWaitEvent(waiter, e, 0), op);
+}
+
 // conv + bias + GELU + GroupNorm with the normalise pass following the conv on a few SMs of a
 // higher-priority stream (group_norm_follow.cuh), where the plan's kernel counts its blocks per
 // image; else nullopt. Not inside a CUDA graph: a graph may run its branches in any order,
@@ -345,16 +377,17 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
       cuda::group_norm_follow_blocks(at::cuda::getCurrentDeviceProperties()->multiProcessorCount, shape);
   if (followers == 0) return std::nullopt;
 
-  // everything the pass reads, made before `ready`
+  // everything the pass reads, made before the side stream's wait (a memset: at::zeros would
+  // launch a fill kernel, ~20 us more host time before the conv starts)
   GeluTileStats fused(input, p, k, approx);
-  at::Tensor done = at::zeros({p.N}, input.options().dtype(at::kInt));
+  at::Tensor done = at::empty({p.N}, input.options().dtype(at::kInt));
+  check_launch(cudaMemsetAsync(done.data_ptr(), 0, sizeof(int) * static_cast<size_t>(p.N), stream), op);
   fused.ep.tiles_done = reinterpret_cast<unsigned*>(done.data_ptr<int>());
   const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
-  at::cuda::CUDAEvent ready;
-  ready.record(stream);
+  const int device = input.device().index();
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(/*isHighPriority=*/true, device);
+  stream_wait(op, side, stream, device, 0);
   at::Tensor out = conv_forward(op, input, weight, bias, p, k, fused.ep);  // launched first: see group_norm_follow.cuh
-  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(/*isHighPriority=*/true, input.device().index());
-  ready.block(side);
   const auto [N, C, HW] = n_c_hw(out);
   check_launch(cuda::group_norm_follow(out.data_ptr(), kernel_dtype(out.scalar_type()), N, C, HW, num_groups,
                                        fused.tile_stats.const_data_ptr(), k.plan.tiles_per_sample, eps,
@@ -362,9 +395,7 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
                                        static_cast<unsigned>(blocks_per_image), followers, side),
                op);
   // the caller's stream waits for the pass; the buffers freed here are reused on that stream only
-  at::cuda::CUDAEvent finished;
-  finished.record(side);
-  finished.block(stream);
+  stream_wait(op, stream, side, device, 1);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "cuda/gpu_flags.cuh"
 #include "cuda/group_norm_follow.cuh"
 #include "cuda/group_norm_math.cuh"
 #include "cuda/hopper_pipeline.cuh"
@@ -26,12 +27,6 @@ constexpr int64_t kMaxGroupChannels = 1024;  // the group's PlaneNorms in shared
 size_t follow_smem_bytes(int64_t C_g, DType dtype) {
   const size_t norm_bytes = dtype == DType::F64 ? 4 * sizeof(double) : 4 * sizeof(float);
   return kBarrierBytes + kSlots * size_t(kPieceBytes) + size_t(C_g) * norm_bytes;
-}
-
-__device__ inline unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
 }
 
 // Items (n, g) = blockIdx.x, blockIdx.x + gridDim.x, ... of N * G, in image order. An item's
