@@ -8,6 +8,9 @@ import torch.nn.functional as F
 import myops  # noqa: F401
 
 fused_only = "--fused-only" in sys.argv
+# the fused op's normalise pass alongside the conv runs by default only on large shapes: forced
+# here (3 follower blocks) so that the sanitizers see it, unless the caller chose
+os.environ.setdefault("MYOPS_GN_FOLLOWERS", "3")
 dev = "cuda"
 torch.manual_seed(0)
 CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_padding, dilation, bias)
