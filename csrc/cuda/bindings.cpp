@@ -367,7 +367,9 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   if (blocks_per_image <= 0 || blocks_per_image > std::numeric_limits<unsigned>::max()) return std::nullopt;
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check_launch(cudaStreamIsCapturing(stream, &capture), op);
+  const cudaError_t capture_err = cudaStreamIsCapturing(stream, &capture);
+  TORCH_CHECK(capture_err == cudaSuccess, "myops::", op, ": cudaStreamIsCapturing failed: ",
+              cudaGetErrorString(capture_err));
   if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
   // multiply-adds per output value: C_in / groups per tap, taps spread over the stride's phases
   const double flops_per_value = 2.0 * static_cast<double>(p.C_in / p.groups * p.kH * p.kW) / static_cast<double>(p.sH * p.sW);
