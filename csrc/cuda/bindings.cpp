@@ -372,7 +372,7 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
               cudaGetErrorString(capture_err));
   if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
   // multiply-adds per output value: C_in / groups per tap, taps spread over the stride's phases
-  const double flops_per_value = 2.0 * static_cast<double>(p.C_in / p.groups * p.kH * p.kW) / static_cast<double>(p.sH * p.sW);
+  const double flops_per_value = 2.0 * static_cast<double>(p.C_in_g * p.kH * p.kW) / static_cast<double>(p.sH * p.sW);
   const cuda::FollowShape shape{p.N, p.C_out, p.OH * p.OW, num_groups, static_cast<int>(input.element_size()),
                                 flops_per_value};
   const int followers =
@@ -383,7 +383,7 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   // launch a fill kernel, ~20 us more host time before the conv starts)
   GeluTileStats fused(input, p, k, approx);
   at::Tensor done = at::empty({p.N}, input.options().dtype(at::kInt));
-  check_launch(cudaMemsetAsync(done.data_ptr(), 0, sizeof(int) * static_cast<size_t>(p.N), stream), op);
+  check_launch(cudaMemsetAsync(done.data_ptr(), 0, done.nbytes(), stream), op);
   fused.ep.tiles_done = reinterpret_cast<unsigned*>(done.data_ptr<int>());
   const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
   const int device = input.device().index();

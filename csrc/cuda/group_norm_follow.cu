@@ -143,20 +143,6 @@ __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(
 
 }  // namespace
 
-// H100 (132 SMs), L2_19, ms for the whole op with 0 (separate passes) / 24 / 28 / 32-33 / 40 / 48
-// blocks: float32 5.05-5.09 / 5.06 / 4.50 / 4.45-4.50 / 4.51 / 4.60, bfloat16 3.31-3.42 / 3.50 /
-// 3.04 / 3.05-3.15 / 3.26 / 3.32. Fewer fall behind the conv (its output then leaves L2 before
-// they read it), more take block slots from it.
-// Under MPS with a share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) the device's SM count
-// overstates the block slots the process gets: follower blocks could then hold every slot while
-// the conv's remaining blocks wait for one, so the overlap stays off there.
-int group_norm_follow_blocks(int sms, const FollowShape& s) {
-  const char* env = std::getenv("MYOPS_GN_FOLLOWERS");
-  if (env != nullptr && *env != 0) return std::max(0, std::atoi(env));
-  if (std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != nullptr) return 0;
-  return group_norm_follow_pays(s) ? std::max(1, sms / 4) : 0;
-}
-
 // The followers cost the conv ~30% of its time (the slots they hold, the count's fence, the memory
 // traffic they add) and save the separate normalise pass, so the pass must be a large enough
 // share of the conv: few enough FLOPs per output value. Each (image, group) item has a fixed cost
@@ -171,11 +157,26 @@ int group_norm_follow_blocks(int sms, const FollowShape& s) {
 // 0.992 / 1.800), k4 stride-2 layers (bfloat16 16 x 128 x 64^2 in, 4-channel groups: 0.378 against
 // 0.450; 256 x 128 x 16^2 in, 16 KB items: 0.288 against 0.597), 64 channels at 64^2 (N = 64,
 // 128 KB items: 0.284 against 0.400), 8 images of 1024^2 (5.155 against 5.360).
-bool group_norm_follow_pays(const FollowShape& s) {
+static bool group_norm_follow_pays(const FollowShape& s) {
   constexpr int64_t kMinImages = 32, kMinItemBytes = 512 * 1024;
   constexpr double kMaxFlopsPerValue = 1536;
   const int64_t item_bytes = s.num_groups > 0 ? s.C / s.num_groups * s.HW * s.elem_bytes : 0;
   return s.N >= kMinImages && item_bytes >= kMinItemBytes && s.flops_per_value <= kMaxFlopsPerValue;
+}
+
+// H100 (132 SMs), L2_19, ms for the whole op with 0 (separate passes) / 24 / 28 / 32-33 / 40 / 48
+// blocks: float32 5.05-5.09 / 5.06 / 4.50 / 4.45-4.50 / 4.51 / 4.60, bfloat16 3.31-3.42 / 3.50 /
+// 3.04 / 3.05-3.15 / 3.26 / 3.32. Fewer fall behind the conv (its output then leaves L2 before
+// they read it), more take block slots from it.
+// Under MPS with a share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) the device's SM count
+// overstates the block slots the process gets: follower blocks could then hold every slot while
+// the conv's remaining blocks wait for one, so the overlap stays off there.
+
+int group_norm_follow_blocks(int sms, const FollowShape& s) {
+  const char* env = std::getenv("MYOPS_GN_FOLLOWERS");
+  if (env != nullptr && *env != 0) return std::max(0, std::atoi(env));
+  if (std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != nullptr) return 0;
+  return group_norm_follow_pays(s) ? std::max(1, sms / 4) : 0;
 }
 
 bool group_norm_follow_supported(int64_t C, int64_t num_groups) {

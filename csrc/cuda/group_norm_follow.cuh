@@ -37,12 +37,9 @@ struct FollowShape {
   double flops_per_value;  // the conv's multiply-adds x 2 per output value
 };
 
-// Whether the overlap is expected to beat the separate passes for the shape (the data behind the
-// rule are in group_norm_follow.cu).
-bool group_norm_follow_pays(const FollowShape& s);
-
 // Follower blocks for a call of shape s on a device of `sms` multiprocessors: sms / 4 where the
-// overlap pays, else 0 (the separate statistics and normalise passes). MYOPS_GN_FOLLOWERS=k
+// overlap is expected to pay (group_norm_follow_pays in group_norm_follow.cu: the rule and its
+// data), else 0 (the separate statistics and normalise passes). MYOPS_GN_FOLLOWERS=k
 // overrides both: k blocks whatever the shape (0: off).
 int group_norm_follow_blocks(int sms, const FollowShape& s);
 
