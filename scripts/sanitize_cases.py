@@ -32,13 +32,15 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
     (1, 12, 64, 1, 9, 11, (5, 5), (1, 1), (1, 2), (0, 0), (1, 1), True),   # strict: the one-block FFMA build
 ]
 worst = 0.0
-# float32 three times: TF32 (tensor cores), strict (allow_tf32 off) through our FFMA kernels, and
-# strict through cuDNN's conv and our passes after it (GroupNorm read through bias + GELU)
+# float32 four times: TF32 (tensor cores), strict (allow_tf32 off) through our FFMA kernels, and
+# TF32 / strict through cuDNN's conv and our passes after it (GroupNorm read through bias + GELU;
+# the fused op's channels-last passes); bfloat16 through either source
 for dtype, tf32, source in ((torch.float32, True, "myops"), (torch.float32, False, "myops"),
-                            (torch.float32, False, "cudnn"), (torch.bfloat16, True, "myops"),
+                            (torch.float32, True, "cudnn"), (torch.float32, False, "cudnn"),
+                            (torch.bfloat16, True, "myops"), (torch.bfloat16, True, "cudnn"),
                             (torch.float64, True, "myops")):
     torch.backends.cudnn.allow_tf32 = tf32
-    os.environ["MYOPS_STRICT_FP32_CONV"] = source
+    os.environ["MYOPS_CONV_SOURCE"] = source
     for n, cin, cog, g, h, w, k, s, p, op, d, has_b in CONFIGS:
         print(f"{dtype} tf32={tf32} {source}: {(n, cin, cog, g, h, w, k, s, p, op, d, has_b)}", flush=True)
         x = torch.randn(n, cin, h, w, device=dev, dtype=dtype)

@@ -18,8 +18,9 @@ def _seed():
 
 
 @pytest.fixture(autouse=True)
-def _strict_fp32_conv_is_ours(monkeypatch):
-    # With TF32 off, a CUDA op times our conv against cuDNN's on each new shape and keeps the faster
-    # (csrc/cuda/strict_fp32_conv.h). Tests of our FFMA kernels must run them whatever the timing
-    # says: they run with our conv forced; test_strict_fp32_sources.py covers both and the choice.
-    monkeypatch.setenv("MYOPS_STRICT_FP32_CONV", "myops")
+def _conv_source_is_ours(monkeypatch):
+    # A CUDA op may time our conv against cuDNN's on each new shape and keep the faster (with TF32
+    # off; the fused GELU + GroupNorm op always: csrc/cuda/conv_source.h). Tests of our kernels must
+    # run them whatever the timing says: they run with our conv forced; test_conv_sources.py covers
+    # both sources and the choice.
+    monkeypatch.setenv("MYOPS_CONV_SOURCE", "myops")

@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "cuda/batch_norm_chain.cuh"
+#include "cuda/channels_last_group_norm.cuh"
 #include "cuda/channels_last_input.cuh"
+#include "cuda/conv_source.h"
 #include "cuda/conv_transpose2d.cuh"
 #include "cuda/group_norm_follow.cuh"
 #include "cuda/norm_act.cuh"
-#include "cuda/strict_fp32_conv.h"
 #include "shapes.h"
 
 namespace myops {
@@ -137,6 +138,25 @@ at::Tensor cudnn_conv(const at::Tensor& input, const at::Tensor& weight, const s
       .contiguous();
 }
 
+// cuDNN's transposed convolution of call p without bias, channels-last: its fastest layout (H100:
+// the VAE demo's k4 s2 layer 0.18 ms against 0.29 for an NCHW call, which transposes inside);
+// an NCHW input is transposed by our kernel (PyTorch's copy ran at ~1 TB/s there).
+at::Tensor cudnn_conv_channels_last(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                    const ConvTranspose2dParams& p) {
+  at::Tensor x = input;
+  if (!input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    const at::Tensor src = input.contiguous();
+    x = at::empty_like(src, src.options(), at::MemoryFormat::ChannelsLast);
+    const auto [N, C, HW] = n_c_hw(src);
+    check_launch(cuda::stage_channels_last_input(src.const_data_ptr(), x.data_ptr(), kernel_dtype(src.scalar_type()),
+                                                 N, C, HW, false, false, at::cuda::getCurrentCUDAStream()),
+                 op);
+  }
+  return at::conv_transpose2d(x, weight.contiguous(at::MemoryFormat::ChannelsLast), std::nullopt, {p.sH, p.sW},
+                              {p.pH, p.pW}, {p.opH, p.opW}, p.groups, {p.dH, p.dW})
+      .contiguous(at::MemoryFormat::ChannelsLast);
+}
+
 // The conv of call p by `source`: ours, run as k says with epilogue ep, or cuDNN's (no epilogue:
 // callers ask for none then), contiguous NCHW either way.
 at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, const at::Tensor& weight,
@@ -146,23 +166,26 @@ at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, c
                                      : conv_forward(op, input, weight, bias, p, k, ep);
 }
 
-// Whose conv runs a call: ours, except for float32 with TF32 off, where the faster of ours and
-// cuDNN's for the call's shape unless cuDNN is off or determinism is asked for
-// (strict_fp32_conv.h); run(source) runs the whole op. `extra`: the op's own arguments that
-// change its cost.
+// Whose conv runs a call (conv_source.h): ours, except for float32 with TF32 off and (cudnn_pays:
+// the op's cuDNN form is the channels-last one) every call, where the faster of ours and cuDNN's
+// for the call's shape unless cuDNN is off or determinism is asked for; run(source) runs the whole
+// op. `extra`: the op's own arguments that change its cost.
 template <typename Run>
 ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
-                       const std::optional<at::Tensor>& bias, const std::string& extra, const Run& run) {
-  if (input.scalar_type() != at::kFloat || fp32_math() != cuda::Fp32Math::Exact) return ConvSource::Myops;
+                       const std::optional<at::Tensor>& bias, const std::string& extra, bool cudnn_pays,
+                       const Run& run) {
+  const bool strict = input.scalar_type() == at::kFloat && fp32_math() == cuda::Fp32Math::Exact;
+  if (!strict && !cudnn_pays) return ConvSource::Myops;
   std::string key = std::string(op) + "|" + extra;
   for (const int64_t v : {p.N, p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH,
                           p.opW, p.dH, p.dW})
     key += "," + std::to_string(v);
   key += input.is_contiguous(at::MemoryFormat::ChannelsLast) ? "|nhwc" : "|nchw";
   key += bias.has_value() ? "|bias" : "";
+  key += std::string("|") + c10::toString(input.scalar_type()) + (strict ? "|strict" : "");
   const auto& ctx = at::globalContext();
   const bool may_time = ctx.userEnabledCuDNN() && !ctx.deterministicCuDNN() && !ctx.deterministicAlgorithms();
-  return strict_fp32_conv_source(key, at::cuda::getCurrentCUDAStream(), may_time, [&](ConvSource s) { run(s); });
+  return timed_conv_source(key, at::cuda::getCurrentCUDAStream(), may_time, [&](ConvSource s) { run(s); });
 }
 
 at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,
@@ -175,7 +198,7 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   auto run = [&](ConvSource source) {
     return conv_by(source, kOp, input, weight, bias, p, kernel_call(p, input), {}).contiguous(output_memory_format(input));
   };
-  return run(conv_source(kOp, p, input, bias, "", run));
+  return run(conv_source(kOp, p, input, bias, "", false, run));
 }
 
 at::Tensor gelu_cuda(const at::Tensor& self, c10::string_view approximate) {
@@ -401,6 +424,38 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   return out;
 }
 
+// The whole op over cuDNN's channels-last conv (no bias): the statistics read its output through
+// bias + GELU where it lies, and the normalise pass, reading it the same way, writes the op's
+// output in the input's layout (NCHW: transposing on the way).
+at::Tensor conv_gelu_group_norm_channels_last(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                              const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
+                                              GeluApprox approx, int64_t num_groups, double eps,
+                                              const std::optional<at::Tensor>& gn_weight,
+                                              const std::optional<at::Tensor>& gn_bias) {
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor conv = cudnn_conv_channels_last(op, input, weight, p);
+  const auto dtype = kernel_dtype(conv.scalar_type());
+  const auto [N, C, HW] = n_c_hw(conv);
+  const at::Tensor pre_bias = contiguous_or_undefined(bias);
+  const cuda::PreGelu pre{true, approx, ptr_or_null(pre_bias)};
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t tiles = cuda::nhwc_moment_tiles(HW);
+  at::Tensor moments = at::empty({N, C, tiles, 3}, conv.options().dtype(compute_dtype(conv.scalar_type())));
+  check_launch(cuda::nhwc_channel_moments(conv.const_data_ptr(), dtype, N, C, HW, tiles, moments.data_ptr(), stream,
+                                          pre),
+               op);
+  const GroupStats s = group_stats_from_partials(op, moments, num_groups, eps);
+  const at::MemoryFormat format = output_memory_format(input);
+  at::Tensor out = at::empty_like(conv, conv.options(), format);
+  const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
+  check_launch(cuda::nhwc_group_norm_apply(conv.const_data_ptr(), out.data_ptr(),
+                                           format == at::MemoryFormat::ChannelsLast, dtype, N, C, HW, num_groups,
+                                           s.mean.const_data_ptr<double>(), s.rstd.const_data_ptr<double>(),
+                                           ptr_or_null(gamma), ptr_or_null(beta), sms, stream, pre),
+               op);
+  return out;
+}
+
 at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -423,13 +478,18 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
                                                      gn_weight, gn_bias))
         return out->contiguous(output_memory_format(input));
       r = conv_gelu_group_stats_ours(kOp, input, weight, bias, p, k, approx, num_groups, eps);
-    } else {
+    } else if (input.scalar_type() == at::kFloat && fp32_math() == cuda::Fp32Math::Exact) {
+      // strict float32: cuDNN's NCHW call (its channels-last strict kernels were slower: H100,
+      // L2_19's layer 20.8 ms through the channels-last form against 13.0)
       r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, true);
+    } else {
+      return conv_gelu_group_norm_channels_last(kOp, input, weight, bias, p, approx, num_groups, eps, gn_weight,
+                                                gn_bias);
     }
     group_norm_apply(kOp, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
     return r.out.contiguous(output_memory_format(input));
   };
-  return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), run));
+  return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), true, run));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats_cuda(
@@ -451,7 +511,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
     return {r.out.contiguous(output_memory_format(input)), r.stats.mean.view({p.N, num_groups}).to(stats_dtype),
             r.stats.rstd.view({p.N, num_groups}).to(stats_dtype)};
   };
-  return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), run));
+  return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), false, run));
 }
 
 // conv with BatchNorm's batch statistics, the mean and biased variance (float32; float64 for
@@ -501,7 +561,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
     ChannelStats r = conv_channel_stats(kOp, source, input, weight, bias, p, kernel_call(p, input), {});
     return {r.out.contiguous(output_memory_format(input)), r.mean, r.var};
   };
-  return run(conv_source(kOp, p, input, bias, "", run));
+  return run(conv_source(kOp, p, input, bias, "", false, run));
 }
 
 // BN (given statistics) + tanh + max-pool + GroupNorm of contiguous NCHW x with pooling q, into a
@@ -610,7 +670,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
   };
   std::string extra = std::to_string(training) + "|" + std::to_string(num_groups);
   for (const int64_t v : {q.kH, q.kW, q.sH, q.sW, q.pH, q.pW, q.dH, q.dW}) extra += "," + std::to_string(v);
-  return run(conv_source(kOp, p, input, bias, extra, run));
+  return run(conv_source(kOp, p, input, bias, extra, false, run));
 }
 
 }  // namespace

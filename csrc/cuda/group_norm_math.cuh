@@ -4,6 +4,7 @@
 // plane, and the fixed-order reduction of the conv epilogue's tile partials. One definition each,
 // so that every path produces the same bits.
 #include "cuda/dtype_traits.cuh"
+#include "cuda/gelu_fast.cuh"
 #include "cuda/moments.cuh"
 #include "cuda/norm_act.cuh"
 
@@ -12,16 +13,20 @@ namespace cuda {
 
 // How the normalisation kernels read an element: as stored, or (kPre: PreGelu) GELU of it plus
 // its channel's bias, the sum and GELU's output each rounded to T as if they had been stored.
-template <typename T, bool kPre>
+// GELU in the conv epilogue's forms (gelu_fast.cuh: as accurate as F.gelu's, half the
+// instructions; a pass over a cuDNN output evaluates it per element).
+template <typename T, bool kPre_>
 struct ReadAs {
   using value_t = T;
+  static constexpr bool kPre = kPre_;
   using Tr = DTypeTraits<T>;
   using acc_t = typename Tr::acc_t;
   GeluApprox approx;
   __device__ acc_t operator()(T v, acc_t bias) const {
-    if constexpr (kPre) {
+    if constexpr (kPre_) {
       const acc_t biased = Tr::to_acc(Tr::from_acc(Tr::to_acc(v) + bias));
-      return Tr::to_acc(Tr::from_acc(gelu<acc_t>(biased, approx)));
+      const acc_t act = approx == GeluApprox::Tanh ? epilogue_gelu_tanh(biased) : epilogue_gelu_erf<T>(biased);
+      return Tr::to_acc(Tr::from_acc(act));
     }
     return Tr::to_acc(v);
   }

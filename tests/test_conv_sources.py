@@ -1,8 +1,10 @@
-"""Strict float32 on CUDA (torch.backends.cudnn.allow_tf32 off): every op with a conv runs either
-our exact FFMA kernels or cuDNN's conv followed by our own passes (csrc/cuda/strict_fp32_conv.h).
-Each source is forced in turn through MYOPS_STRICT_FP32_CONV, and the shipped timed choice runs
-unforced; all against float64 PyTorch at the tight float32 tolerance. (conftest forces "myops"
-for every other test, so that the FFMA kernels' tests keep testing them.)"""
+"""Whose conv an op runs on CUDA (csrc/cuda/conv_source.h): in strict float32
+(torch.backends.cudnn.allow_tf32 off) every op with a conv runs either our exact FFMA kernels or
+cuDNN's conv followed by our own passes; the fused GELU + GroupNorm op does so in every dtype,
+cuDNN's conv then running channels-last. Each source is forced in turn through MYOPS_CONV_SOURCE,
+and the shipped timed choice runs unforced; all against float64 PyTorch (the tight float32
+tolerance in strict float32). (conftest forces "myops" for every other test, so that our
+kernels' tests keep testing them.)"""
 import random
 
 import pytest
@@ -10,10 +12,10 @@ import torch
 
 from conftest import HAS_CUDA
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_wide_conv_config, ref_conv_transpose2d, tolerance)
+                       random_wide_conv_config, ref_conv_transpose2d, ref_fused, tolerance)
 from test_bn_chain import check_random_chain
 from test_conv_transpose2d import check_random_configs
-from test_fused import check_channel_stats, check_group_stats, check_random_fused
+from test_fused import check_channel_stats, check_group_stats, check_random_fused, random_fused_case
 
 pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
 SOURCES = ["myops", "cudnn", "timed"]
@@ -23,9 +25,9 @@ SOURCES = ["myops", "cudnn", "timed"]
 def strict_source(request, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     if request.param == "timed":
-        monkeypatch.delenv("MYOPS_STRICT_FP32_CONV", raising=False)
+        monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
     else:
-        monkeypatch.setenv("MYOPS_STRICT_FP32_CONV", request.param)
+        monkeypatch.setenv("MYOPS_CONV_SOURCE", request.param)
     assert tolerance(torch.float32, "cuda") == 2e-5
     return request.param
 
@@ -72,7 +74,7 @@ def test_timed_choice_inside_cuda_graph_capture(monkeypatch):
     # a shape first seen while a CUDA graph is captured is not timed (no synchronisation may
     # happen then): it runs our kernels, and the replayed graph computes the conv
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.delenv("MYOPS_STRICT_FP32_CONV", raising=False)
+    monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
     x = torch.randn(2, 24, 13, 11, device="cuda")
     w = torch.randn(24, 40, 3, 3, device="cuda") * 0.2
     b = torch.randn(40, device="cuda")
@@ -103,10 +105,58 @@ def test_no_timed_choice_when_determinism_asked_or_cudnn_off(flag, monkeypatch):
     gn_w = torch.randn(32, device="cuda")
     args = (x, w, b, [1, 1], [1, 2], [0, 0], 1, [1, 1], "none", 4, gn_w, None, 1e-5)
     ours = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
-    monkeypatch.delenv("MYOPS_STRICT_FP32_CONV", raising=False)
+    monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
     torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)  # timed (either source may win)
     if flag == "cudnn_deterministic":
         monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     else:
         monkeypatch.setattr(torch.backends.cudnn, "enabled", False)
     assert torch.equal(torch.ops.myops.conv_transpose2d_gelu_group_norm(*args), ours)
+
+
+# --- tensor-core math: the fused op's channels-last cuDNN form --------------------------------
+@pytest.fixture(params=SOURCES)
+def fused_source(request, monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    if request.param == "timed":
+        monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
+    else:
+        monkeypatch.setenv("MYOPS_CONV_SOURCE", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
+                         ids=lambda d: str(d).split(".")[-1])
+def test_gelu_group_norm_chain_any_dtype(fused_source, dtype):
+    # cuDNN's channels-last conv without bias; statistics over pixel tiles read through bias + GELU,
+    # the normalise pass transposing to NCHW (16-bit: channel / pixel pairs where C and HW are even)
+    check_random_fused(random.Random(79), 25, dtype, "cuda", random_conv_config)
+    check_random_fused(random.Random(80), 8, dtype, "cuda", random_wide_conv_config)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+def test_gelu_group_norm_chain_channels_last(fused_source, dtype):
+    # a channels-last input: cuDNN's conv reads it as it is, the output stays channels-last
+    rng = random.Random(81)
+    for _ in range(6):
+        cfg, args = random_fused_case(rng, dtype, "cuda", random_wide_conv_config)
+        args[0] = args[0].contiguous(memory_format=torch.channels_last)
+        out = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        assert_matches(out, ref_fused(*args), tolerance(dtype, "cuda") * 4, floor=1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+def test_gelu_group_norm_large_maps(fused_source, dtype):
+    # maps large enough that the statistics split each (image, channel) over several pixel tiles,
+    # with a mean far from zero (the per-thread shifted sums must not cancel), odd channel counts
+    # (no 16-bit pairs) and a map of odd size
+    for c_in, c_out, hw, groups in ((24, 64, 48, 8), (16, 33, 45, 3)):
+        x = torch.randn(3, c_in, hw, hw, device="cuda", dtype=dtype)
+        w = torch.randn(c_in, c_out, 4, 4, device="cuda", dtype=dtype) * 0.1
+        b = torch.full((c_out,), 20.0, device="cuda", dtype=dtype)
+        gn_w = torch.randn(c_out, device="cuda", dtype=dtype)
+        gn_b = torch.randn(c_out, device="cuda", dtype=dtype)
+        args = [x, w, b, [2, 2], [1, 1], [0, 0], 1, [1, 1], "tanh", groups, gn_w, gn_b, 1e-5]
+        out = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
+        assert_matches(out, ref_fused(*args), tolerance(dtype, "cuda") * 4, floor=1.0)

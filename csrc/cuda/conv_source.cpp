@@ -1,4 +1,4 @@
-#include "cuda/strict_fp32_conv.h"
+#include "cuda/conv_source.h"
 
 #include <c10/util/Exception.h>
 
@@ -18,7 +18,7 @@ namespace {
 float time_source(ConvSource source, cudaStream_t stream, const std::function<void(ConvSource)>& run) {
   cudaEvent_t start, end;
   TORCH_CHECK(cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess,
-              "myops: strict float32 conv choice: cudaEventCreate failed");
+              "myops: conv source choice: cudaEventCreate failed");
   float best = std::numeric_limits<float>::infinity();
   try {
     run(source);
@@ -40,14 +40,14 @@ float time_source(ConvSource source, cudaStream_t stream, const std::function<vo
 
 }  // namespace
 
-ConvSource strict_fp32_conv_source(const std::string& key, cudaStream_t stream, bool may_time,
-                                   const std::function<void(ConvSource)>& run) {
-  const char* forced = std::getenv("MYOPS_STRICT_FP32_CONV");
+ConvSource timed_conv_source(const std::string& key, cudaStream_t stream, bool may_time,
+                             const std::function<void(ConvSource)>& run) {
+  const char* forced = std::getenv("MYOPS_CONV_SOURCE");
   if (forced && std::strcmp(forced, "myops") == 0) return ConvSource::Myops;
   if (forced && std::strcmp(forced, "cudnn") == 0) return ConvSource::Cudnn;
   if (!may_time) return ConvSource::Myops;
   int device = 0;
-  TORCH_CHECK(cudaGetDevice(&device) == cudaSuccess, "myops: strict float32 conv choice: cudaGetDevice failed");
+  TORCH_CHECK(cudaGetDevice(&device) == cudaSuccess, "myops: conv source choice: cudaGetDevice failed");
   const std::string device_key = std::to_string(device) + "|" + key;
   static std::mutex mutex;
   static std::map<std::string, ConvSource> chosen;
