@@ -21,13 +21,19 @@ pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
 SOURCES = ["myops", "cudnn", "timed"]
 
 
-@pytest.fixture(params=SOURCES)
-def strict_source(request, monkeypatch):
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    if request.param == "timed":
+def use_source(source, monkeypatch, allow_tf32):
+    """Forces `source` (or, "timed", leaves the choice to the op) with TF32 on or off."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allow_tf32)
+    if source == "timed":
         monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
     else:
-        monkeypatch.setenv("MYOPS_CONV_SOURCE", request.param)
+        monkeypatch.setenv("MYOPS_CONV_SOURCE", source)
+    return source
+
+
+@pytest.fixture(params=SOURCES)
+def strict_source(request, monkeypatch):
+    use_source(request.param, monkeypatch, False)
     assert tolerance(torch.float32, "cuda") == 2e-5
     return request.param
 
@@ -117,12 +123,7 @@ def test_no_timed_choice_when_determinism_asked_or_cudnn_off(flag, monkeypatch):
 # --- tensor-core math: the fused op's channels-last cuDNN form --------------------------------
 @pytest.fixture(params=SOURCES)
 def fused_source(request, monkeypatch):
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    if request.param == "timed":
-        monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
-    else:
-        monkeypatch.setenv("MYOPS_CONV_SOURCE", request.param)
-    return request.param
+    return use_source(request.param, monkeypatch, True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
