@@ -52,6 +52,11 @@ cuda::Fp32Math fp32_math() {
   return at::globalContext().allowTF32CuDNN() ? cuda::Fp32Math::TF32 : cuda::Fp32Math::Exact;
 }
 
+// Strict float32: a float32 call with TF32 off (exact FFMA products).
+bool strict_fp32(const at::Tensor& input) {
+  return input.scalar_type() == at::kFloat && fp32_math() == cuda::Fp32Math::Exact;
+}
+
 cuda::ConvPlan conv_plan_for(const ConvTranspose2dParams& p, const at::Tensor& input) {
   return cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math(),
                          input.is_contiguous(at::MemoryFormat::ChannelsLast));
@@ -87,6 +92,19 @@ KernelCall kernel_call(const ConvTranspose2dParams& p, const at::Tensor& input) 
   return {p, conv_plan_for(p, input), 1};
 }
 
+// A contiguous channels-last copy of input [N, C, H, W] by our staging kernel (PyTorch's copy ran
+// at ~1 TB/s on the H100), float32 rounded to TF32 where round_tf32.
+at::Tensor channels_last_copy(const char* op, const at::Tensor& input, bool round_tf32, cudaStream_t stream) {
+  const bool channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor src = channels_last ? input : input.contiguous();
+  at::Tensor staged = at::empty_like(src, src.options(), at::MemoryFormat::ChannelsLast);
+  const auto [N, C, HW] = n_c_hw(src);
+  check_launch(cuda::stage_channels_last_input(src.const_data_ptr(), staged.data_ptr(), kernel_dtype(src.scalar_type()),
+                                               N, C, HW, channels_last, round_tf32, stream),
+               op);
+  return staged;
+}
+
 // The input as the plan's kernel reads it: contiguous NCHW, or (WgmmaTiling::nhwc) contiguous
 // NHWC, 16-byte aligned, float32 rounded to TF32: a 16-bit channels-last input as it is, else a
 // staged copy.
@@ -96,13 +114,7 @@ at::Tensor kernel_input(const char* op, const at::Tensor& input, const cuda::Con
   const bool channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
   if (channels_last && dtype != cuda::DType::F32 && reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 == 0)
     return input;
-  const at::Tensor src = channels_last ? input : input.contiguous();
-  at::Tensor staged = at::empty_like(src, src.options(), at::MemoryFormat::ChannelsLast);
-  const auto [N, C, HW] = n_c_hw(src);
-  check_launch(cuda::stage_channels_last_input(src.const_data_ptr(), staged.data_ptr(), dtype, N, C, HW,
-                                               channels_last, true, stream),
-               op);
-  return staged;
+  return channels_last_copy(op, input, true, stream);
 }
 
 // The transposed convolution of call p, run as k says, into a new contiguous NCHW tensor, with
@@ -140,18 +152,12 @@ at::Tensor cudnn_conv(const at::Tensor& input, const at::Tensor& weight, const s
 
 // cuDNN's transposed convolution of call p without bias, channels-last: its fastest layout (H100:
 // the VAE demo's k4 s2 layer 0.18 ms against 0.29 for an NCHW call, which transposes inside);
-// an NCHW input is transposed by our kernel (PyTorch's copy ran at ~1 TB/s there).
+// an NCHW input is transposed by our kernel.
 at::Tensor cudnn_conv_channels_last(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                     const ConvTranspose2dParams& p) {
-  at::Tensor x = input;
-  if (!input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-    const at::Tensor src = input.contiguous();
-    x = at::empty_like(src, src.options(), at::MemoryFormat::ChannelsLast);
-    const auto [N, C, HW] = n_c_hw(src);
-    check_launch(cuda::stage_channels_last_input(src.const_data_ptr(), x.data_ptr(), kernel_dtype(src.scalar_type()),
-                                                 N, C, HW, false, false, at::cuda::getCurrentCUDAStream()),
-                 op);
-  }
+  const at::Tensor x = input.is_contiguous(at::MemoryFormat::ChannelsLast)
+                           ? input
+                           : channels_last_copy(op, input, false, at::cuda::getCurrentCUDAStream());
   return at::conv_transpose2d(x, weight.contiguous(at::MemoryFormat::ChannelsLast), std::nullopt, {p.sH, p.sW},
                               {p.pH, p.pW}, {p.opH, p.opW}, p.groups, {p.dH, p.dW})
       .contiguous(at::MemoryFormat::ChannelsLast);
@@ -174,7 +180,7 @@ template <typename Run>
 ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
                        const std::optional<at::Tensor>& bias, const std::string& extra, bool cudnn_pays,
                        const Run& run) {
-  const bool strict = input.scalar_type() == at::kFloat && fp32_math() == cuda::Fp32Math::Exact;
+  const bool strict = strict_fp32(input);
   if (!strict && !cudnn_pays) return ConvSource::Myops;
   std::string key = std::string(op) + "|" + extra;
   for (const int64_t v : {p.N, p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH,
@@ -478,7 +484,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
                                                      gn_weight, gn_bias))
         return out->contiguous(output_memory_format(input));
       r = conv_gelu_group_stats_ours(kOp, input, weight, bias, p, k, approx, num_groups, eps);
-    } else if (input.scalar_type() == at::kFloat && fp32_math() == cuda::Fp32Math::Exact) {
+    } else if (strict_fp32(input)) {
       // strict float32: cuDNN's NCHW call (its channels-last strict kernels were slower: H100,
       // L2_19's layer 20.8 ms through the channels-last form against 13.0)
       r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, true);

@@ -39,6 +39,11 @@ template <typename T>
 bool wide_packs(int64_t C, const void* x) {
   return C % kWidePack<T> == 0 && reinterpret_cast<uintptr_t>(x) % (kWidePack<T> * sizeof(T)) == 0;
 }
+// Runs f(std::integral_constant<int, kPack>): the wide pack, or one channel.
+template <typename T, typename F>
+cudaError_t with_pack(bool wide, const F& f) {
+  return wide ? f(std::integral_constant<int, kWidePack<T>>{}) : f(std::integral_constant<int, 1>{});
+}
 
 // Threads across a block's channel packs: the packs of C, rounded up to a power of two, at most 32.
 int lanes_for(int64_t packs) {
@@ -206,15 +211,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 constexpr int64_t kMaxGridYZ = 65535;
 
-// Runs f(read, pack) with ReadAs<T, pre.on> and std::integral_constant<int, kPack>.
-template <typename T, typename F>
-cudaError_t with_read_and_pack(PreGelu pre, bool wide, const F& f) {
-  auto with_pack = [&](auto read) {
-    return wide ? f(read, std::integral_constant<int, kWidePack<T>>{}) : f(read, std::integral_constant<int, 1>{});
-  };
-  return pre.on ? with_pack(ReadAs<T, true>{pre.approx}) : with_pack(ReadAs<T, false>{pre.approx});
-}
-
 }  // namespace
 
 int64_t nhwc_moment_tiles(int64_t HW) {
@@ -228,10 +224,10 @@ cudaError_t nhwc_channel_moments(const void* x, DType dtype, int64_t N, int64_t 
                                  void* moments, cudaStream_t stream, PreGelu pre) {
   if (N * C == 0 || HW == 0) return cudaSuccess;
   if (tiles < 1 || tiles > 0x7fffffff) return cudaErrorInvalidValue;
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
+  return dispatch_read(dtype, pre, [&](auto read) {
+    using T = typename decltype(read)::value_t;
     using S = typename std::conditional<std::is_same<T, double>::value, double, float>::type;
-    return with_read_and_pack<T>(pre, wide_packs<T>(C, x), [&](auto read, auto pack) {
+    return with_pack<T>(wide_packs<T>(C, x), [&](auto pack) {
       constexpr int kPack = decltype(pack)::value;
       const int lanes = lanes_for((C + kPack - 1) / kPack);
       const int64_t cb = (C + int64_t(lanes) * kPack - 1) / (int64_t(lanes) * kPack);
@@ -250,11 +246,11 @@ cudaError_t nhwc_group_norm_apply(const void* x, void* y, bool y_channels_last, 
                                   int64_t HW, int64_t num_groups, const double* mean, const double* rstd,
                                   const void* gamma, const void* beta, int sms, cudaStream_t stream, PreGelu pre) {
   if (N * C * HW == 0) return cudaSuccess;
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
+  return dispatch_read(dtype, pre, [&](auto read) {
+    using T = typename decltype(read)::value_t;
     // channels-last output: y is read as x is (wide packs need it aligned too)
     const bool wide = wide_packs<T>(C, x) && (!y_channels_last || wide_packs<T>(C, y));
-    return with_read_and_pack<T>(pre, wide, [&](auto read, auto pack) {
+    return with_pack<T>(wide, [&](auto pack) {
       constexpr int kPack = decltype(pack)::value;
       const int lanes = lanes_for((C + kPack - 1) / kPack);
       const int64_t span = kApplyLoads * (kThreads / lanes);

@@ -32,6 +32,15 @@ struct ReadAs {
   }
 };
 
+// Runs launch(ReadAs<T, kPre>{...}) for dtype's T, kPre = pre.on.
+template <typename Launch>
+cudaError_t dispatch_read(DType dtype, PreGelu pre, const Launch& launch) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return pre.on ? launch(ReadAs<T, true>{pre.approx}) : launch(ReadAs<T, false>{pre.approx});
+  });
+}
+
 // y = (x - mean) * (rstd * gamma) + beta for one (n, c) plane, folded once per plane (in float64);
 // x read through a ReadAs, with the plane's pre-activation bias (PreGelu::bias) where given.
 template <typename T>

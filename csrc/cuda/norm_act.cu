@@ -234,15 +234,6 @@ cudaError_t launch_apply(const void* x, void* y, int64_t N, int64_t C, int64_t H
   return cudaGetLastError();
 }
 
-// Runs launch(ReadAs<T, kPre>{...}) for dtype's T, kPre = pre.on.
-template <typename Launch>
-cudaError_t dispatch_read(DType dtype, PreGelu pre, const Launch& launch) {
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    return pre.on ? launch(ReadAs<T, true>{pre.approx}) : launch(ReadAs<T, false>{pre.approx});
-  });
-}
-
 }  // namespace
 
 cudaError_t gelu_forward(const void* x, void* y, int64_t n, DType dtype, GeluApprox approx,
