@@ -1,5 +1,6 @@
 """Shared driver of the compile demos: eager vs torch.compile vs torch.compile + myops."""
 import argparse
+import copy
 import os
 import sys
 
@@ -9,7 +10,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import myops  # noqa: E402,F401
 import myops.compile as mc  # noqa: E402
-from myops._timing import median_ms  # noqa: E402
+from myops._timing import median_ms_each  # noqa: E402
 
 
 def parse_args(description):
@@ -22,51 +23,66 @@ def parse_args(description):
     return p.parse_args()
 
 
-def compare(model, x, device, reps=None, extra_rows=(), measure=False):
-    """Prints replacements, max |err| against a float64 eager reference, and median timings."""
-    reps = reps or (30 if device == "cuda" else 5)
-    with torch.no_grad():
-        import copy
-        ref = copy.deepcopy(model).double()(x.double())
-        rows = [("eager PyTorch", lambda: model(x))] + list(extra_rows)
-        mc.disable()
-        torch._dynamo.reset()
-        plain = torch.compile(model)
-        rows.append(("torch.compile (Inductor)", lambda: plain(x)))
-        results = {}
+def _compiled_pair(model, x, device, measure):
+    """The model compiled without and with the myops rewrite, both kept alive so that they can be
+    timed in alternating rounds. Dynamo caches compiled code per code object: two functions of
+    their own (not closures of one function, which would share a code object) keep the two
+    compilations apart, and fullgraph=True leaves no nested frame for them to share."""
+    def plain_forward(inp):
+        return model(inp)
 
-        def time_row(name, fn):
-            err = (fn().double() - ref).abs().max().item()
-            results[name] = median_ms(fn, device, warmup=3, reps=reps)
-            print(f"{name:52s} max |err| vs float64 {err:.2e}   median {results[name]:9.3f} ms")
-            if os.environ.get("MYOPS_DEMO_PROFILE") and device == "cuda":
-                # a tuning aid: per-kernel CUDA times, taken here because both compiled models
-                # share Dynamo's cache (after the reset below, `plain` would run myops kernels)
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                    for _ in range(5):
-                        fn()
-                    torch.cuda.synchronize()
-                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
+    def myops_forward(inp):
+        return model(inp)
 
-        for name, fn in rows:
-            time_row(name, fn)
-        # Dynamo caches compiled code per function: start afresh so that the model recompiles
-        # with the rewrite installed
-        torch._dynamo.reset()
-        mc.reset_stats()
-        if device == "cpu":
-            print("note: myops.compile.enable() leaves CPU chains to Inductor by default (the CPU kernels are "
-                  "slower than its oneDNN conv); this demo passes devices=('cpu',) to show the rewrite")
-        mc.enable(devices=(device,), measure=measure)
-        fused = torch.compile(model)
+    mc.disable()
+    torch._dynamo.reset()
+    plain = torch.compile(plain_forward, fullgraph=True)
+    plain(x)
+    mc.reset_stats()
+    if device == "cpu":
+        print("note: myops.compile.enable() leaves CPU chains to Inductor by default (the CPU kernels are "
+              "slower than its oneDNN conv); this demo passes devices=('cpu',) to show the rewrite")
+    mc.enable(devices=(device,), measure=measure)
+    try:
+        fused = torch.compile(myops_forward, fullgraph=True)
         # compile for real (no cache hit), so that stats() counts this compilation's rewrites
         with torch._inductor.config.patch(fx_graph_cache=False), \
                 torch._functorch.config.patch(enable_autograd_cache=False):
             fused(x)
-        replaced = mc.stats()
-        print(f"myops replacements: {replaced}")
-        time_row("torch.compile + myops", lambda: fused(x))
+    finally:
         mc.disable()
+    return plain, fused, mc.stats()
+
+
+def _profile(rows, device):
+    """A tuning aid (MYOPS_DEMO_PROFILE=1): per-kernel CUDA times of each row."""
+    for name, fn in rows.items():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+        print(f"--- {name}")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
+
+
+def compare(model, x, device, reps=None, extra_rows=(), measure=False):
+    """Prints replacements, max |err| against a float64 eager reference, and median timings. Every
+    row is timed in the same rounds (one call of each in turn), so that a drift of the device's
+    clocks during the run falls on all rows alike."""
+    reps = reps or (100 if device == "cuda" else 5)
+    with torch.no_grad():
+        ref = copy.deepcopy(model).double()(x.double())
+        plain, fused, replaced = _compiled_pair(model, x, device, measure)
+        print(f"myops replacements: {replaced}")
+        rows = {"eager PyTorch": lambda: model(x), **dict(extra_rows),
+                "torch.compile (Inductor)": lambda: plain(x), "torch.compile + myops": lambda: fused(x)}
+        errors = {name: (fn().double() - ref).abs().max().item() for name, fn in rows.items()}
+        results = median_ms_each(rows, device, warmup=3, reps=reps)
+        for name in rows:
+            print(f"{name:52s} max |err| vs float64 {errors[name]:.2e}   median {results[name]:9.3f} ms")
+        if os.environ.get("MYOPS_DEMO_PROFILE") and device == "cuda":
+            _profile(rows, device)
         speedup = results["torch.compile (Inductor)"] / results["torch.compile + myops"]
-        print(f"torch.compile + myops vs plain torch.compile: {speedup:.2f}x")
+        print(f"torch.compile + myops vs plain torch.compile: {speedup:.2f}x "
+              f"(medians of {reps} alternating rounds)")
     return replaced, results
