@@ -151,8 +151,9 @@ def test_gelu_group_norm_chain_channels_last(fused_source, dtype):
 def test_gelu_group_norm_large_maps(fused_source, dtype):
     # maps large enough that the statistics split each (image, channel) over several pixel tiles,
     # with a mean far from zero (the per-thread shifted sums must not cancel), odd channel counts
-    # (no 16-bit pairs) and a map of odd size
-    for c_in, c_out, hw, groups in ((24, 64, 48, 8), (16, 33, 45, 3)):
+    # (no 16-bit pairs), a map of odd size, and one whose input's channels and pixels end in
+    # partial tiles of the 16-byte transpose (36 channels, 50^2 pixels)
+    for c_in, c_out, hw, groups in ((24, 64, 48, 8), (16, 33, 45, 3), (36, 40, 50, 4)):
         x = torch.randn(3, c_in, hw, hw, device="cuda", dtype=dtype)
         w = torch.randn(c_in, c_out, 4, 4, device="cuda", dtype=dtype) * 0.1
         b = torch.full((c_out,), 20.0, device="cuda", dtype=dtype)

@@ -9,6 +9,7 @@
 #include "cuda/dtype_traits.cuh"
 #include "cuda/group_norm_math.cuh"
 #include "cuda/moments.cuh"
+#include "cuda/transpose_tile.cuh"
 
 namespace myops {
 namespace cuda {
@@ -30,19 +31,23 @@ struct alignas(sizeof(T) * kPack) Pack {
   T v[kPack];
 };
 
-// The channels one thread reads per pixel: a pack of 16 bytes (16-bit types: 8 bytes, whose 4
-// channels' normalisation already takes ~100 registers in the normalise pass) where C is a
-// multiple and x is aligned to it, else one.
+// The channels one thread reads per pixel: a pack of 16 bytes (16-bit types: 8 bytes; H100, the
+// VAE demo's k4 s2 layer in bfloat16: 16-byte packs made the statistics pass 53 -> 89 us, and
+// the channels-last normalise pass's 8 channels took ~100 registers) where C is a multiple and
+// x is aligned to it, else one.
+constexpr int kWideBytes = 16;
 template <typename T>
-constexpr int kWidePack = (sizeof(T) == 2 ? 8 : 16) / sizeof(T);
-template <typename T>
+constexpr int kPackBytes = sizeof(T) == 2 ? 8 : kWideBytes;
+template <typename T, int kBytes = kPackBytes<T>>
+constexpr int kPackOf = kBytes / sizeof(T);
+template <typename T, int kBytes = kPackBytes<T>>
 bool wide_packs(int64_t C, const void* x) {
-  return C % kWidePack<T> == 0 && reinterpret_cast<uintptr_t>(x) % (kWidePack<T> * sizeof(T)) == 0;
+  return C % kPackOf<T, kBytes> == 0 && reinterpret_cast<uintptr_t>(x) % (kPackOf<T, kBytes> * sizeof(T)) == 0;
 }
 // Runs f(std::integral_constant<int, kPack>): the wide pack, or one channel.
 template <typename T, typename F>
 cudaError_t with_pack(bool wide, const F& f) {
-  return wide ? f(std::integral_constant<int, kWidePack<T>>{}) : f(std::integral_constant<int, 1>{});
+  return wide ? f(std::integral_constant<int, kPackOf<T>>{}) : f(std::integral_constant<int, 1>{});
 }
 
 // Threads across a block's channel packs: the packs of C, rounded up to a power of two, at most 32.
@@ -209,7 +214,100 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// NCHW output where C and HW are multiples of the 16-byte pack (kPack values) and x and y are
+// 16-byte aligned: tiles of 8 packs of channels x kTransposePixels pixels (16 KB) through the
+// swizzled tile of transpose_tile.cuh, 16-byte accesses on both sides. Each thread loads its
+// pack at 4 pixels (a warp: 4 pixels' 8 packs), normalises it and scatters it into the tile's
+// channel rows; then a warp stores whole 16-byte units along channel rows (fp32: one row of 512
+// bytes per instruction). grid (pixel spans, channel blocks, images), `steps` tiles a block, the
+// channels' PlaneNorm folded once per image. H100, the VAE demo's k4 s2 layer: the shared kernel
+// above (4-byte stores along rows of 64 pixels, 8-byte loads for 16-bit types) ran at ~2.1 TB/s
+// in float32, ~1.15 in bfloat16.
+constexpr int kTransposePixels = 128, kTransposeThreads = 256;
+template <typename T, bool kPre>
+__global__ void __launch_bounds__(kTransposeThreads)
+    nhwc_to_nchw_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t N, int64_t C, int64_t HW,
+                              int64_t C_g, int64_t steps, const double* __restrict__ mean,
+                              const double* __restrict__ rstd, const T* __restrict__ gamma,
+                              const T* __restrict__ beta, ReadAs<T, kPre> read, const T* __restrict__ pre_bias) {
+  constexpr int kPack = kWideBytes / sizeof(T), kRows = 8 * kPack, kUnits = kTransposePixels / kPack;
+  constexpr int kRowsPerStore = 32 / kUnits, kWarps_ = kTransposeThreads / 32;
+  static_assert(kRowsPerStore >= 1, "a warp stores at least one row: 2- and 4-byte types");
+  constexpr int kLoadsPerThread = kTransposePixels / (4 * kWarps_);
+  using P = Pack<T, kPack>;
+  __shared__ P tile[kRows][kUnits];
+  T* values = reinterpret_cast<T*>(&tile[0][0]);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int cg = lane % 8, q = lane / 8;  // loading: channel pack cg of pixel q of a 4-pixel quad
+  const int64_t cb = int64_t(blockIdx.y) * kRows, c = cb + cg * kPack;
+  const bool valid = c < C;
+  for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+    PlaneNorm<T> norm[kPack];
+    if (valid)
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) norm[k] = PlaneNorm<T>(n * C + c + k, C, C_g, mean, rstd, gamma, beta, pre_bias);
+    const T* xn = x + n * HW * C;
+    T* yn = y + n * C * HW;
+    for (int64_t step = 0; step < steps; ++step) {
+      const int64_t p0 = (int64_t(blockIdx.x) * steps + step) * kTransposePixels;
+      if (p0 >= HW) break;
+      P v[kLoadsPerThread];
+#pragma unroll
+      for (int i = 0; i < kLoadsPerThread; ++i) {
+        const int64_t px = p0 + 4 * (warp + i * kWarps_) + q;
+        if (valid && px < HW) v[i] = *reinterpret_cast<const P*>(xn + px * C + c);
+      }
+#pragma unroll
+      for (int i = 0; i < kLoadsPerThread; ++i) {
+        const int pl = 4 * (warp + i * kWarps_) + q;
+        if (!valid || p0 + pl >= HW) continue;
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) {
+          const int row = cg * kPack + k;
+          values[(row * kUnits + swizzled_unit(row, pl / kPack, kPack)) * kPack + pl % kPack] = norm[k](read, v[i].v[k]);
+        }
+      }
+      __syncthreads();
+      const int u = lane % kUnits;
+      for (int row = warp * kRowsPerStore + lane / kUnits; row < kRows; row += kWarps_ * kRowsPerStore) {
+        const int64_t px = p0 + int64_t(u) * kPack;
+        if (cb + row < C && px < HW) *reinterpret_cast<P*>(yn + (cb + row) * HW + px) = tile[row][swizzled_unit(row, u, kPack)];
+      }
+      __syncthreads();  // the tile is refilled by the next step
+    }
+  }
+}
+
 constexpr int64_t kMaxGridYZ = 65535;
+
+// Steps (pixel spans) per block of a normalise pass over `items` (spans x channel blocks x
+// images): ~8 blocks per SM, otherwise long blocks (their PlaneNorm setup, 64-bit divisions and
+// dependent loads, costs as much as a few steps).
+int64_t apply_steps(int64_t items, int sms) {
+  return std::max<int64_t>(std::min<int64_t>(items / (8 * int64_t(std::max(sms, 1))), 16), 1);
+}
+
+// Where nhwc_to_nchw_apply_kernel runs a pass to NCHW: packs of 16 bytes in both layouts.
+template <typename T>
+bool transposing_apply_fits(int64_t C, int64_t HW, const void* x, const void* y) {
+  return wide_packs<T, kWideBytes>(C, x) && HW % kPackOf<T, kWideBytes> == 0 &&
+         reinterpret_cast<uintptr_t>(y) % kWideBytes == 0;
+}
+
+template <typename Read, typename T = typename Read::value_t>
+cudaError_t transposing_apply(const Read& read, const void* x, void* y, int64_t N, int64_t C, int64_t HW, int64_t C_g,
+                              const double* mean, const double* rstd, const void* gamma, const void* beta, int sms,
+                              cudaStream_t stream, PreGelu pre) {
+  constexpr int64_t kRows = 8 * kPackOf<T, kWideBytes>;
+  const int64_t spans = (HW + kTransposePixels - 1) / kTransposePixels, cb = (C + kRows - 1) / kRows;
+  const int64_t steps = apply_steps(spans * cb * N, sms), gx = (spans + steps - 1) / steps;
+  if (cb > kMaxGridYZ || gx > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(cb), static_cast<unsigned>(std::min(N, kMaxGridYZ)));
+  nhwc_to_nchw_apply_kernel<T, Read::kPre><<<grid, kTransposeThreads, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<T*>(y), N, C, HW, C_g, steps, mean, rstd, static_cast<const T*>(gamma),
+      static_cast<const T*>(beta), read, static_cast<const T*>(pre.bias));
+  return cudaGetLastError();
+}
 
 }  // namespace
 
@@ -248,6 +346,10 @@ cudaError_t nhwc_group_norm_apply(const void* x, void* y, bool y_channels_last, 
   if (N * C * HW == 0) return cudaSuccess;
   return dispatch_read(dtype, pre, [&](auto read) {
     using T = typename decltype(read)::value_t;
+    if constexpr (sizeof(T) <= 4) {
+      if (!y_channels_last && transposing_apply_fits<T>(C, HW, x, y))
+        return transposing_apply(read, x, y, N, C, HW, C / num_groups, mean, rstd, gamma, beta, sms, stream, pre);
+    }
     // channels-last output: y is read as x is (wide packs need it aligned too)
     const bool wide = wide_packs<T>(C, x) && (!y_channels_last || wide_packs<T>(C, y));
     return with_pack<T>(wide, [&](auto pack) {
@@ -257,9 +359,7 @@ cudaError_t nhwc_group_norm_apply(const void* x, void* y, bool y_channels_last, 
       const int64_t spans = (HW + span - 1) / span;
       const int64_t cb = (C + int64_t(lanes) * kPack - 1) / (int64_t(lanes) * kPack);
       if (cb > kMaxGridYZ) return cudaErrorInvalidConfiguration;
-      // steps per block: ~8 blocks per SM, otherwise long blocks (their PlaneNorm setup, 64-bit
-      // divisions and dependent loads, costs as much as a few steps)
-      const int64_t steps = std::max<int64_t>(std::min<int64_t>(spans * cb * N / (8 * int64_t(std::max(sms, 1))), 16), 1);
+      const int64_t steps = apply_steps(spans * cb * N, sms);
       const int64_t gx = (spans + steps - 1) / steps;
       if (gx > 0x7fffffff) return cudaErrorInvalidConfiguration;
       const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(cb),

@@ -20,10 +20,10 @@ enum class ConvSource { Myops, Cudnn };
 // MYOPS_CONV_SOURCE=myops or =cudnn forces one (tests, A/B). Otherwise, where may_time (the
 // caller's: cuDNN enabled and no deterministic algorithms requested, since a timed choice may
 // differ, and so give other bits, from one process to the next), the key's first call runs
-// run(source) for each source on `stream` (one warm-up, then the faster of two timed runs) and
-// the faster source is kept for the process; a source that throws is never chosen. While `stream`
-// is being captured into a CUDA graph nothing may be timed or synchronised: an unknown key then
-// takes Myops, uncached. Without may_time: Myops.
+// run(source) for each source on `stream` (one warm-up each, then the median of alternating
+// timed rounds) and the faster source is kept for the process; a source that throws is never
+// chosen. While `stream` is being captured into a CUDA graph nothing may be timed or
+// synchronised: an unknown key then takes Myops, uncached. Without may_time: Myops.
 ConvSource timed_conv_source(const std::string& key, cudaStream_t stream, bool may_time,
                              const std::function<void(ConvSource)>& run);
 
