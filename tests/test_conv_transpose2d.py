@@ -262,3 +262,23 @@ def test_outputs_over_2_31_elements(device, case, kernel, monkeypatch):
         assert_matches(out[:, channels], ref, tolerance(torch.bfloat16, device))
     del out
     torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, True)],
+                         ids=["tf32", "ffma", "bfloat16"])
+@pytest.mark.parametrize("kernel_size", [(5, 5), (6, 6), (3, 11)], ids=lambda k: f"{k[0]}x{k[1]}")
+def test_mma_kernel_many_taps(device, dtype, tf32, kernel_size, monkeypatch):
+    # the mma kernel with 25 to 36 taps per output (the random configurations stop at 5 x 5) in
+    # its TF32, FFMA and 16-bit modes: weight fragments of every phase-ordered tap, channel tails
+    # in both directions, groups
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+    set_conv_kernel(monkeypatch, "mma")
+    kH, kW = kernel_size
+    for groups, c_in, c_out in ((1, 40, 36), (2, 20, 70)):
+        x = torch.randn(2, c_in, 9, 11, device=device, dtype=dtype)
+        w = torch.randn(c_in, c_out // groups, kH, kW, device=device, dtype=dtype) * 0.1
+        b = torch.randn(c_out, device=device, dtype=dtype)
+        args = ([2, 1], [1, 2], [1, 0], groups, [1, 1])
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
