@@ -140,6 +140,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The PlaneNorm of each channel of a thread's pack, planes plane0, plane0 + 1, ... of [N, C].
+template <typename T, int kPack>
+__device__ inline void pack_norms(PlaneNorm<T> (&norm)[kPack], int64_t plane0, int64_t C, int64_t C_g,
+                                  const double* mean, const double* rstd, const T* gamma, const T* beta,
+                                  const T* pre_bias) {
+#pragma unroll
+  for (int k = 0; k < kPack; ++k) norm[k] = PlaneNorm<T>(plane0 + k, C, C_g, mean, rstd, gamma, beta, pre_bias);
+}
+
 // The normalise pass's shared tile: a row of kApplyLoads * rows pixels plus one (an odd stride) per
 // channel, channel k of each thread's pack in rows k * lanes + (its lane among lanes): a warp's
 // writes (one value per thread, the threads' packs side by side) and its reads along a row are
@@ -169,9 +178,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool valid = c0 < C;
   for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
     PlaneNorm<T> norm[kPack];
-    if (valid)
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) norm[k] = PlaneNorm<T>(n * C + c0 + k, C, C_g, mean, rstd, gamma, beta, pre_bias);
+    if (valid) pack_norms(norm, n * C + c0, C, C_g, mean, rstd, gamma, beta, pre_bias);
     const T* xn = x + n * HW * C;
     T* yn = y + n * HW * C;
     for (int64_t step = 0; step < steps; ++step) {
@@ -243,9 +250,7 @@ __global__ void __launch_bounds__(kTransposeThreads)
   const bool valid = c < C;
   for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
     PlaneNorm<T> norm[kPack];
-    if (valid)
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) norm[k] = PlaneNorm<T>(n * C + c + k, C, C_g, mean, rstd, gamma, beta, pre_bias);
+    if (valid) pack_norms(norm, n * C + c, C, C_g, mean, rstd, gamma, beta, pre_bias);
     const T* xn = x + n * HW * C;
     T* yn = y + n * C * HW;
     for (int64_t step = 0; step < steps; ++step) {
