@@ -54,7 +54,7 @@ def _compiled_pair(model, x, device, measure):
     return plain, fused, mc.stats()
 
 
-def _profile(rows, device):
+def _profile(rows):
     """A tuning aid (MYOPS_DEMO_PROFILE=1): per-kernel CUDA times of each row."""
     for name, fn in rows.items():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -85,7 +85,7 @@ def compare(model, x, device, reps=None, extra_rows=(), measure=False):
             line = f"{name:52s} max |err| vs float64 {errors[name]:.2e}   median {idle[name]:9.3f} ms"
             print(line + (f"   queued {queued[name]:9.3f} ms" if queued else ""))
         if os.environ.get("MYOPS_DEMO_PROFILE") and device == "cuda":
-            _profile(rows, device)
+            _profile(rows)
         speedup = idle["torch.compile (Inductor)"] / idle["torch.compile + myops"]
         line = f"torch.compile + myops vs plain torch.compile: {speedup:.2f}x"
         if queued:

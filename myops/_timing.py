@@ -19,16 +19,20 @@ def _time_once_ms(fn, device: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def median_ms_each(fns: Dict[str, Callable], device: str, warmup: int = 3, reps: int = 20) -> Dict[str, float]:
-    """The median time of each callable, timed in rounds of one call each, in turn: a drift of the
-    device's speed during the run (clocks, temperature) then falls on all of them alike instead of
-    on whichever is timed last (H100, strict float32 L1_65: the same cuDNN kernels measured 3-5%
-    slower after two other timings of them than before)."""
+def _warm_up(fns: Dict[str, Callable], device: str, warmup: int) -> None:
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def median_ms_each(fns: Dict[str, Callable], device: str, warmup: int = 3, reps: int = 20) -> Dict[str, float]:
+    """The median time of each callable, timed in rounds of one call each, in turn: a drift of the
+    device's speed during the run (clocks, temperature) then falls on all of them alike instead of
+    on whichever is timed last (H100, strict float32 L1_65: the same cuDNN kernels measured 3-5%
+    slower after two other timings of them than before)."""
+    _warm_up(fns, device, warmup)
     times = {label: [] for label in fns}
     for _ in range(reps):
         for label, fn in fns.items():
@@ -44,9 +48,7 @@ def queued_median_ms_each(fns: Dict[str, Callable], device: str, warmup: int = 3
     first kernel of a call made on an idle GPU. On the CPU: median_ms_each."""
     if device != "cuda":
         return median_ms_each(fns, device, warmup, reps)
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
+    _warm_up(fns, device, warmup)
     events = {label: [] for label in fns}
     for _ in range(reps):
         for label, fn in fns.items():

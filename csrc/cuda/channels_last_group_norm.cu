@@ -230,17 +230,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 // channels' PlaneNorm folded once per image. H100, the VAE demo's k4 s2 layer: the shared kernel
 // above (4-byte stores along rows of 64 pixels, 8-byte loads for 16-bit types) ran at ~2.1 TB/s
 // in float32, ~1.15 in bfloat16.
-constexpr int kTransposePixels = 128, kTransposeThreads = 256;
+constexpr int kTransposePixels = 128;
 template <typename T, bool kPre>
-__global__ void __launch_bounds__(kTransposeThreads)
+__global__ void __launch_bounds__(kThreads)
     nhwc_to_nchw_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t N, int64_t C, int64_t HW,
                               int64_t C_g, int64_t steps, const double* __restrict__ mean,
                               const double* __restrict__ rstd, const T* __restrict__ gamma,
                               const T* __restrict__ beta, ReadAs<T, kPre> read, const T* __restrict__ pre_bias) {
   constexpr int kPack = kWideBytes / sizeof(T), kRows = 8 * kPack, kUnits = kTransposePixels / kPack;
-  constexpr int kRowsPerStore = 32 / kUnits, kWarps_ = kTransposeThreads / 32;
+  constexpr int kRowsPerStore = 32 / kUnits;
   static_assert(kRowsPerStore >= 1, "a warp stores at least one row: 2- and 4-byte types");
-  constexpr int kLoadsPerThread = kTransposePixels / (4 * kWarps_);
+  constexpr int kLoadsPerThread = kTransposePixels / (4 * kWarps);
   using P = Pack<T, kPack>;
   __shared__ P tile[kRows][kUnits];
   T* values = reinterpret_cast<T*>(&tile[0][0]);
@@ -259,12 +259,12 @@ __global__ void __launch_bounds__(kTransposeThreads)
       P v[kLoadsPerThread];
 #pragma unroll
       for (int i = 0; i < kLoadsPerThread; ++i) {
-        const int64_t px = p0 + 4 * (warp + i * kWarps_) + q;
+        const int64_t px = p0 + 4 * (warp + i * kWarps) + q;
         if (valid && px < HW) v[i] = *reinterpret_cast<const P*>(xn + px * C + c);
       }
 #pragma unroll
       for (int i = 0; i < kLoadsPerThread; ++i) {
-        const int pl = 4 * (warp + i * kWarps_) + q;
+        const int pl = 4 * (warp + i * kWarps) + q;
         if (!valid || p0 + pl >= HW) continue;
 #pragma unroll
         for (int k = 0; k < kPack; ++k) {
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kTransposeThreads)
       }
       __syncthreads();
       const int u = lane % kUnits;
-      for (int row = warp * kRowsPerStore + lane / kUnits; row < kRows; row += kWarps_ * kRowsPerStore) {
+      for (int row = warp * kRowsPerStore + lane / kUnits; row < kRows; row += kWarps * kRowsPerStore) {
         const int64_t px = p0 + int64_t(u) * kPack;
         if (cb + row < C && px < HW) *reinterpret_cast<P*>(yn + (cb + row) * HW + px) = tile[row][swizzled_unit(row, u, kPack)];
       }
@@ -285,11 +285,16 @@ __global__ void __launch_bounds__(kTransposeThreads)
 
 constexpr int64_t kMaxGridYZ = 65535;
 
-// Steps (pixel spans) per block of a normalise pass over `items` (spans x channel blocks x
-// images): ~8 blocks per SM, otherwise long blocks (their PlaneNorm setup, 64-bit divisions and
-// dependent loads, costs as much as a few steps).
-int64_t apply_steps(int64_t items, int sms) {
-  return std::max<int64_t>(std::min<int64_t>(items / (8 * int64_t(std::max(sms, 1))), 16), 1);
+// The grid of a normalise pass over `spans` pixel spans x `cb` channel blocks x N images: (spans /
+// steps, cb, images), `steps` spans per block: ~8 blocks per SM, otherwise long blocks (their
+// PlaneNorm setup, 64-bit divisions and dependent loads, costs as much as a few steps). False
+// past the launch limits.
+bool apply_grid(int64_t spans, int64_t cb, int64_t N, int sms, int64_t& steps, dim3& grid) {
+  steps = std::max<int64_t>(std::min<int64_t>(spans * cb * N / (8 * int64_t(std::max(sms, 1))), 16), 1);
+  const int64_t gx = (spans + steps - 1) / steps;
+  if (cb > kMaxGridYZ || gx > 0x7fffffff) return false;
+  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(cb), static_cast<unsigned>(std::min(N, kMaxGridYZ)));
+  return true;
 }
 
 // Where nhwc_to_nchw_apply_kernel runs a pass to NCHW: packs of 16 bytes in both layouts.
@@ -304,11 +309,11 @@ cudaError_t transposing_apply(const Read& read, const void* x, void* y, int64_t 
                               const double* mean, const double* rstd, const void* gamma, const void* beta, int sms,
                               cudaStream_t stream, PreGelu pre) {
   constexpr int64_t kRows = 8 * kPackOf<T, kWideBytes>;
-  const int64_t spans = (HW + kTransposePixels - 1) / kTransposePixels, cb = (C + kRows - 1) / kRows;
-  const int64_t steps = apply_steps(spans * cb * N, sms), gx = (spans + steps - 1) / steps;
-  if (cb > kMaxGridYZ || gx > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(cb), static_cast<unsigned>(std::min(N, kMaxGridYZ)));
-  nhwc_to_nchw_apply_kernel<T, Read::kPre><<<grid, kTransposeThreads, 0, stream>>>(
+  int64_t steps;
+  dim3 grid;
+  if (!apply_grid((HW + kTransposePixels - 1) / kTransposePixels, (C + kRows - 1) / kRows, N, sms, steps, grid))
+    return cudaErrorInvalidConfiguration;
+  nhwc_to_nchw_apply_kernel<T, Read::kPre><<<grid, kThreads, 0, stream>>>(
       static_cast<const T*>(x), static_cast<T*>(y), N, C, HW, C_g, steps, mean, rstd, static_cast<const T*>(gamma),
       static_cast<const T*>(beta), read, static_cast<const T*>(pre.bias));
   return cudaGetLastError();
@@ -361,14 +366,10 @@ cudaError_t nhwc_group_norm_apply(const void* x, void* y, bool y_channels_last, 
       constexpr int kPack = decltype(pack)::value;
       const int lanes = lanes_for((C + kPack - 1) / kPack);
       const int64_t span = kApplyLoads * (kThreads / lanes);
-      const int64_t spans = (HW + span - 1) / span;
       const int64_t cb = (C + int64_t(lanes) * kPack - 1) / (int64_t(lanes) * kPack);
-      if (cb > kMaxGridYZ) return cudaErrorInvalidConfiguration;
-      const int64_t steps = apply_steps(spans * cb * N, sms);
-      const int64_t gx = (spans + steps - 1) / steps;
-      if (gx > 0x7fffffff) return cudaErrorInvalidConfiguration;
-      const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(cb),
-                      static_cast<unsigned>(std::min(N, kMaxGridYZ)));
+      int64_t steps;
+      dim3 grid;
+      if (!apply_grid((HW + span - 1) / span, cb, N, sms, steps, grid)) return cudaErrorInvalidConfiguration;
       auto launch = [&](auto out, auto to_nchw) {
         nhwc_apply_kernel<T, kPack, decltype(out)::value, decltype(read)::kPre, decltype(to_nchw)::value>
             <<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), N, C, HW, C / num_groups,
