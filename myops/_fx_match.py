@@ -8,7 +8,7 @@ scalar of a match is read from the matched nodes and checked; nothing is a wildc
 """
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -326,10 +326,37 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
     return count
 
 
-def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False, split_normalize: bool = False,
+# Output channels per group up to which a standalone conv after a rewritten chain is routed by
+# default (standalone_conv="auto"): the image heads (64 -> 3) of generators and decoders.
+HEAD_CHANNELS = 4
+
+
+def _is_myops_output(node) -> bool:
+    """A node holding a myops op's result (or one of its results)."""
+    if isinstance(node, fx.Node) and node.op == "call_function" and node.target is operator.getitem:
+        node = node.args[0]
+    target = getattr(node, "target", None) if isinstance(node, fx.Node) else None
+    return isinstance(target, torch._ops.OpOverload) and target.namespace == "myops"
+
+
+def _is_head_after_chain(conv) -> bool:
+    """A transposed convolution to at most HEAD_CHANNELS channels per group whose input a myops op
+    produced. Its input is then NCHW; Inductor would run cuDNN's conv channels-last, after a layout
+    copy of that input and with transposes inside cuDNN (H100, DCGAN demo: its 64 -> 3 head cost
+    ~0.25 ms that way, against ~0.2 ms in myops.conv_transpose2d; see NOTES_GPU.md "Session 35")."""
+    w = _meta(conv[1])
+    return _is_myops_output(conv[0]) and w is not None and isinstance(w.shape[1], int) and w.shape[1] <= HEAD_CHANNELS
+
+
+StandaloneConv = Union[bool, str]
+
+
+def rewrite_graph(graph: fx.Graph, standalone_conv: StandaloneConv = False, split_normalize: bool = False,
                   devices: Optional[Tuple[str, ...]] = None, accept: Accept = None) -> Dict[str, int]:
     """Rewrites the chains in place; returns {pattern name: replacements}. split_normalize: see
     _rewrite_gelu_chains (torch.compile's pass sets it: Inductor then generates the consumers).
+    standalone_conv: which other transposed convolutions become myops.conv_transpose2d: all
+    (True), none (False), or "auto": the heads after a rewritten chain (_is_head_after_chain).
     devices: the device types (e.g. ("cuda",)) whose chains are rewritten; None: every device.
     accept: called with each matched chain's Candidate; a chain is rewritten where it returns True."""
     counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
@@ -339,7 +366,9 @@ def rewrite_graph(graph: fx.Graph, standalone_conv: bool = False, split_normaliz
     if standalone_conv:
         for node in list(graph.nodes):
             conv = _conv_args(node, devices)
-            if conv is None or (accept is not None and not accept(_conv_candidate(conv))):
+            if conv is None or (standalone_conv == "auto" and not _is_head_after_chain(conv)):
+                continue
+            if accept is not None and not accept(_conv_candidate(conv)):
                 continue
             _replace(graph, node, [], torch.ops.myops.conv_transpose2d.default, conv)
             counts["conv_transpose2d"] += 1

@@ -14,6 +14,10 @@ and group_norm already decomposed). The pass is a CustomGraphPass whose uuid() c
 source and the options, so Inductor's FX graph cache keys compiled graphs by it: a graph compiled
 without the pass is never reused with it, and vice versa.
 
+Standalone transposed convolutions: by default (conv_transpose2d="auto") those that are image heads
+after a rewritten chain (<= 4 output channels per group, input produced by a myops op) become
+myops.conv_transpose2d: Inductor would hand cuDNN that NCHW tensor through layout conversions.
+
 Which devices: by default the pass rewrites chains on CUDA tensors only. The CPU kernels are
 reference implementations (at::mm + col2im), 2-3x slower than the oneDNN convolution Inductor calls
 on the CPU, so a CPU model compiled with the rewrite would run slower (the demos measured 0.48-0.53x
@@ -77,7 +81,8 @@ def _device_types(devices: Devices, op: str) -> Optional[Tuple[str, ...]]:
 class MyopsFusionPass(CustomGraphPass):
     """The rewrite as an Inductor pre-grad pass (optionally chained after a pass that was set)."""
 
-    def __init__(self, conv_transpose2d: bool = False, devices: Optional[Tuple[str, ...]] = DEFAULT_DEVICES,
+    def __init__(self, conv_transpose2d: _fx_match.StandaloneConv = "auto",
+                 devices: Optional[Tuple[str, ...]] = DEFAULT_DEVICES,
                  chained: Optional[object] = None, measure: bool = False):
         self.conv_transpose2d = conv_transpose2d
         self.devices = devices
@@ -100,17 +105,21 @@ class MyopsFusionPass(CustomGraphPass):
     def uuid(self):
         chained = getattr(self.chained, "uuid", lambda: None)() if self.chained is not None else None
         devices = "all" if self.devices is None else "+".join(self.devices)
-        return f"myops-{_source_hash()}-conv{int(self.conv_transpose2d)}-{devices}-measure{int(self.measure)}-{chained}"
+        return f"myops-{_source_hash()}-conv{self.conv_transpose2d}-{devices}-measure{int(self.measure)}-{chained}"
 
 
-def enable(*, conv_transpose2d: bool = False, devices: Devices = DEFAULT_DEVICES, measure: bool = False) -> None:
+def enable(*, conv_transpose2d: _fx_match.StandaloneConv = "auto", devices: Devices = DEFAULT_DEVICES,
+           measure: bool = False) -> None:
     """Installs the rewrite into torch.compile's default (Inductor) pipeline. Idempotent; calling
     it again with other options replaces them. Like any Inductor setting it applies to
     compilations that happen afterwards: a function torch.compile already compiled keeps its
     graph until it recompiles (torch._dynamo.reset() forces that).
 
     Args:
-        conv_transpose2d: also route standalone transposed convolutions to myops.conv_transpose2d.
+        conv_transpose2d: which standalone transposed convolutions (outside the chains) go to
+            myops.conv_transpose2d: True all, False none, "auto" (default) the image heads after a
+            rewritten chain: at most 4 output channels per group, input produced by a myops op
+            (Inductor would give cuDNN that NCHW tensor through a layout copy; see the README).
         devices: device types whose chains are rewritten (default: CUDA only, where the fused
             kernels are faster; see the module docstring); None: every device.
         measure: rewrite a chain only where the fused op, timed at compile time on the graph's
@@ -118,6 +127,9 @@ def enable(*, conv_transpose2d: bool = False, devices: Devices = DEFAULT_DEVICES
     """
     if not isinstance(measure, bool):
         raise ValueError(f"myops.compile.enable: argument 'measure' must be a bool, got {measure!r}")
+    if not (isinstance(conv_transpose2d, bool) or conv_transpose2d == "auto"):
+        raise ValueError("myops.compile.enable: argument 'conv_transpose2d' must be True, False or \"auto\", "
+                         f"got {conv_transpose2d!r}")
     types = _device_types(devices, "myops.compile.enable")
     current = inductor_config.pre_grad_custom_pass
     if isinstance(current, MyopsFusionPass):

@@ -156,18 +156,40 @@ def random_narrow_conv_config(rng: random.Random):
             return cfg
 
 
+
+def random_few_channels_conv_config(rng: random.Random):
+    """A random configuration with 1-4 output channels per group and more than 32 multiply-adds
+    per output value (RGB, mask and flow heads): in float32 / float64 mostly the shapes the CUDA
+    few-channels kernel takes for a plain conv_transpose2d call (up to 256 per output), with
+    strides up to 5 (phases without taps among them), phase grids narrower than a warp and wider
+    than a block, several row blocks and groups."""
+    while True:
+        groups = rng.choice([1, 1, 2, 3])
+        cfg = dict(
+            N=rng.choice([1, 2, 3]), C_in=groups * rng.choice([5, 16, 33, 64, 97]), C_out_g=rng.randint(1, 4),
+            groups=groups, H=rng.randint(1, 40), W=rng.randint(1, 80), kH=rng.randint(1, 6), kW=rng.randint(1, 6),
+            stride=(rng.randint(1, 5), rng.randint(1, 5)), dilation=(rng.randint(1, 3), rng.randint(1, 3)),
+            padding=(rng.randint(0, 3), rng.randint(0, 3)), bias=rng.random() < 0.6,
+        )
+        macs = cfg["C_in"] // groups * cfg["kH"] * cfg["kW"] / (cfg["stride"][0] * cfg["stride"][1])
+        if macs > 32 and with_output_padding(rng, cfg):
+            return cfg
+
 # The CUDA conv kernel a test runs through (the switches are read per call; plans are cached per
 # setting): "default" is the choice as shipped, "mma" the mma.sync kernel alone, "wgmma" the Hopper
 # kernel on every call it can run (elsewhere, and off sm_90, the choice as shipped; its input
 # through TMA where the layout allows), "wgmma_no_tma" the same with the input loaded through
 # registers, "wgmma_nhwc" the same with the input staged channels-last wherever the kernel can
 # (TMA then loads each chunk's halo straight into the MMA's operand layout), "generic" the generic
-# implicit-GEMM kernel alone.
+# implicit-GEMM kernel alone, "no_few_channels" the choice as shipped without the few-channels
+# kernel (plain calls with <= 4 output channels per group then take the others).
 CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1", "MYOPS_DISABLE_DIRECT": "1"},
                         "wgmma": {"MYOPS_FORCE_WGMMA": "1"},
                         "wgmma_no_tma": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_DISABLE_TMA": "1"},
                         "wgmma_nhwc": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_FORCE_NHWC_STAGING": "1"},
-                        "generic": {"MYOPS_DISABLE_MMA": "1", "MYOPS_DISABLE_DIRECT": "1"}}
+                        "generic": {"MYOPS_DISABLE_MMA": "1", "MYOPS_DISABLE_DIRECT": "1",
+                                    "MYOPS_DISABLE_FEW_CHANNELS": "1"},
+                        "no_few_channels": {"MYOPS_DISABLE_FEW_CHANNELS": "1"}}
 
 
 def set_conv_kernel(monkeypatch, kernel):

@@ -205,6 +205,30 @@ def test_standalone_conv_option():
     assert mc.stats() == {FUSED: 0, BN_CHAIN: 0, "conv_transpose2d": 1}
 
 
+def test_auto_routes_heads_after_chains():
+    # the default (conv_transpose2d="auto"): a <= 4-channel head whose input a rewritten chain
+    # produces goes to myops.conv_transpose2d; a wider conv there, a head after other ops, and
+    # the head with the option off stay with Inductor
+    def model(head_channels, after_chain=True):
+        torch.manual_seed(0)
+        first = [nn.ConvTranspose2d(4, 6, 3), nn.GELU(), nn.GroupNorm(2, 6)] if after_chain else \
+            [nn.ConvTranspose2d(4, 6, 3), nn.ReLU()]
+        return nn.Sequential(*first, nn.ConvTranspose2d(6, head_channels, 4, stride=2, padding=1), nn.Tanh())
+
+    x = torch.randn(2, 4, 5, 5)
+    cases = [(dict(), model(3), 1, 1), (dict(), model(1), 1, 1), (dict(), model(5), 1, 0),
+             (dict(), model(3, after_chain=False), 0, 0), (dict(conv_transpose2d=False), model(3), 1, 0)]
+    for options, m, chains, heads in cases:
+        torch._dynamo.reset()  # a model of other sizes would otherwise recompile with dynamic shapes
+        mc.reset_stats()
+        mc.enable(devices=None, **options)
+        with no_cache(), torch.no_grad():
+            compiled_matches_eager(m, x)
+        assert mc.stats() == {FUSED: chains, BN_CHAIN: 0, "conv_transpose2d": heads}, (options, m)
+    with pytest.raises(ValueError, match="conv_transpose2d"):
+        mc.enable(conv_transpose2d="all")
+
+
 def test_cache_never_mixes_graphs_with_and_without_the_pass(tmp_path, monkeypatch):
     # FX graph cache on (a fresh directory): the same graph compiled with and without the pass
     # must give code with and without the myops op respectively.
@@ -266,7 +290,7 @@ def test_devices_option_is_checked_and_restored():
     mc.enable(devices=["cpu"])  # the same options: idempotent
     assert torch._inductor.config.pre_grad_custom_pass is first
     mc.enable(devices="cpu", measure=True)  # other options: a new pass
-    assert torch._inductor.config.pre_grad_custom_pass.options() == dict(conv_transpose2d=False, devices=("cpu",),
+    assert torch._inductor.config.pre_grad_custom_pass.options() == dict(conv_transpose2d="auto", devices=("cpu",),
                                                                          measure=True)
     mc.disable()
     with mc.enabled():

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_narrow_conv_config, random_stride2_conv_config, random_tma_conv_config,
+                       random_few_channels_conv_config, random_narrow_conv_config, random_stride2_conv_config, random_tma_conv_config,
                        random_unit_input_conv_config, random_wide_conv_config,
                        ref_conv_transpose2d, set_conv_kernel, tolerance)
 
@@ -231,6 +231,38 @@ def test_narrow_layers_random_configs(device, dtype):
     check_random_configs(random.Random(515), 40, random_narrow_conv_config, dtype, device)
 
 
+FEW_CHANNELS_RUNS = [(torch.float32, True), (torch.float32, False), (torch.float64, True), (torch.bfloat16, True),
+                     (torch.float16, True)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype,tf32", FEW_CHANNELS_RUNS, ids=["tf32", "strict", "float64", "bfloat16", "float16"])
+def test_few_channels_random_configs(device, dtype, tf32, monkeypatch):
+    # 1-4 output channels per group (image heads): on CUDA float32 / float64 calls of up to 256
+    # multiply-adds per output take the few-channels kernel, whose FFMA is exact whatever the TF32
+    # setting; the others (and 16-bit types) the tensor-core kernels
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+    check_random_configs(random.Random(717), 40, random_few_channels_conv_config, dtype, device)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+def test_few_channels_heads_match_other_kernels(device, monkeypatch):
+    # a DCGAN-style RGB head (64 -> 3, k4 s2 p1) and a 1-channel mask head (k3 s1 p1), contiguous
+    # and channels-last, with and without the few-channels kernel
+    torch.manual_seed(0)
+    for c_in, c_out, k, stride, pad in ((64, 3, 4, 2, 1), (48, 1, 3, 1, 1)):
+        x = torch.randn(4, c_in, 32, 32, device=device)
+        w = torch.randn(c_in, c_out, k, k, device=device) * 0.1
+        b = torch.randn(c_out, device=device)
+        args = ([stride, stride], [pad, pad], [0, 0], 1, [1, 1])
+        ref = ref_conv_transpose2d(x, w, b, *args)
+        for kernel in ("default", "no_few_channels"):
+            set_conv_kernel(monkeypatch, kernel)
+            for inp in (x, x.contiguous(memory_format=torch.channels_last)):
+                out = torch.ops.myops.conv_transpose2d(inp, w, b, *args)
+                assert_matches(out, ref, tolerance(torch.float32, device))
+
+
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 def test_narrow_layers_strict_float32(device, monkeypatch):
     # the direct kernel's FFMA is exact whatever the TF32 setting: the tight float32 tolerance
@@ -239,13 +271,28 @@ def test_narrow_layers_strict_float32(device, monkeypatch):
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
-@pytest.mark.parametrize("case,kernel", [("narrow", "default"), ("wide", "default"), ("wide", "mma")])
+@pytest.mark.parametrize("case,kernel", [("narrow", "default"), ("wide", "default"), ("wide", "mma"),
+                                         ("few_channels", "default")])
 def test_outputs_over_2_31_elements(device, case, kernel, monkeypatch):
-    # bfloat16 outputs of more than 2^31 elements (4.3 GB): the direct kernel (1x1 taps, stride 2)
-    # and the tensor-core kernels (3x3 taps); the last channels, whose offsets pass 2^31, against
-    # float64 PyTorch on the same inputs
+    # outputs of more than 2^31 elements: bfloat16 (4.3 GB) through the direct kernel (1x1 taps,
+    # stride 2) and the tensor-core kernels (3x3 taps), float32 through the few-channels kernel
+    # (131073 images of an RGBA head: 8.6 GB in, 8.6 GB out);
+    # the last channels (images), whose offsets pass 2^31, against float64 PyTorch on the same inputs
     set_conv_kernel(monkeypatch, kernel)
     torch.manual_seed(0)
+    if case == "few_channels":
+        x = torch.randn(131073, 16, 32, 32, device=device)
+        w = torch.randn(16, 4, 4, 4, device=device) * 0.2
+        b = torch.randn(4, device=device)
+        args = [[2, 2], [1, 1], [0, 0], 1, [1, 1]]
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        assert out.numel() > 2**31
+        for images in (slice(0, 2), slice(-3, None)):
+            ref = F.conv_transpose2d(x[images].double(), w.double(), b.double(), *args[:3], 1, args[4])
+            assert_matches(out[images], ref, tolerance(torch.float32, device))
+        del out, x
+        torch.cuda.empty_cache()
+        return
     if case == "narrow":
         x = torch.randn(1, 4, 1024, 1040, device=device, dtype=torch.bfloat16)
         w = torch.randn(4, 520, 1, 1, device=device, dtype=torch.bfloat16)

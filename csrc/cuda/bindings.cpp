@@ -57,9 +57,10 @@ bool strict_fp32(const at::Tensor& input) {
   return input.scalar_type() == at::kFloat && fp32_math() == cuda::Fp32Math::Exact;
 }
 
-cuda::ConvPlan conv_plan_for(const ConvTranspose2dParams& p, const at::Tensor& input) {
+// plain_output: the call stores the conv's output and nothing else (cuda::conv_plan).
+cuda::ConvPlan conv_plan_for(const ConvTranspose2dParams& p, const at::Tensor& input, bool plain_output) {
   return cuda::conv_plan(p, kernel_dtype(input.scalar_type()), fp32_math(),
-                         input.is_contiguous(at::MemoryFormat::ChannelsLast));
+                         input.is_contiguous(at::MemoryFormat::ChannelsLast), plain_output);
 }
 
 // How the kernels run a call: its parameters (or the pointwise view's) and their plan.
@@ -76,7 +77,7 @@ struct KernelCall {
 // (its epilogue folds a channel's kH * kW positions into its statistics): the phase decomposition
 // gives every output pixel kH * kW taps there, all but one on the input's zero border (H100, the
 // DCGAN demo's 100 -> 512 k4 layer, fused op under ncu: its conv kernel 110 -> 54 us).
-KernelCall kernel_call(const ConvTranspose2dParams& p, const at::Tensor& input) {
+KernelCall kernel_call(const ConvTranspose2dParams& p, const at::Tensor& input, bool plain_output = false) {
   const int64_t taps = p.kH * p.kW;
   const bool pointwise = p.H == 1 && p.W == 1 && p.pH == 0 && p.pW == 0 && p.opH == 0 && p.opW == 0 &&
                          (p.dH == 1 || p.kH == 1) && (p.dW == 1 || p.kW == 1) && taps > 1 && 16 % taps == 0;
@@ -86,10 +87,10 @@ KernelCall kernel_call(const ConvTranspose2dParams& p, const at::Tensor& input) 
     v.C_out_g = p.C_out_g * taps;
     v.kH = v.kW = v.sH = v.sW = v.dH = v.dW = 1;
     v.OH = v.OW = 1;
-    const cuda::ConvPlan plan = conv_plan_for(v, input);
+    const cuda::ConvPlan plan = conv_plan_for(v, input, plain_output);
     if (plan.engine == cuda::ConvEngine::Mma) return {v, plan, static_cast<int>(taps)};
   }
-  return {p, conv_plan_for(p, input), 1};
+  return {p, conv_plan_for(p, input, plain_output), 1};
 }
 
 // A contiguous channels-last copy of input [N, C, H, W] by our staging kernel (PyTorch's copy ran
@@ -202,7 +203,8 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
   auto run = [&](ConvSource source) {
-    return conv_by(source, kOp, input, weight, bias, p, kernel_call(p, input), {}).contiguous(output_memory_format(input));
+    return conv_by(source, kOp, input, weight, bias, p, kernel_call(p, input, true), {})
+        .contiguous(output_memory_format(input));
   };
   return run(conv_source(kOp, p, input, bias, "", false, run));
 }

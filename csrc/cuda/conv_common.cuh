@@ -81,6 +81,24 @@ __host__ __device__ inline PhaseTaps phase_taps(int64_t r, int64_t pad, int64_t 
   return {0, 1, 0, 0, 0};
 }
 
+// PhaseTaps in 32 bits (the host checks the ranges: conv_coordinates_fit_int32), for kernels
+// that take a tap table per residue as a kernel parameter.
+struct Taps32 {
+  int k0, step, count, off0, off_step;
+};
+constexpr int kMaxTapTableStride = 32;  // residues per dimension such a table holds
+
+// The tap tables of every residue along both dimensions (strides <= kMaxTapTableStride).
+inline void phase_taps32(const ConvTranspose2dParams& p, Taps32 (&rows)[kMaxTapTableStride],
+                         Taps32 (&cols)[kMaxTapTableStride]) {
+  auto taps32 = [](const PhaseTaps& t) {
+    return Taps32{static_cast<int>(t.k0), static_cast<int>(t.step), static_cast<int>(t.count),
+                  static_cast<int>(t.off0), static_cast<int>(t.off_step)};
+  };
+  for (int64_t r = 0; r < p.sH; ++r) rows[r] = taps32(phase_taps(r, p.pH, p.dH, p.sH, p.kH));
+  for (int64_t r = 0; r < p.sW; ++r) cols[r] = taps32(phase_taps(r, p.pW, p.dW, p.sW, p.kW));
+}
+
 // One tile's GroupNorm / BatchNorm partials (count, mean, M2) of statistics channel c (of
 // `channels`) of image n, in the layout ConvEpilogue::tile_stats documents.
 template <typename acc_t>

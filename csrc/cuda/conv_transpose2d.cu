@@ -288,13 +288,19 @@ cudaError_t launch_bn(const void* x, const void* wt, const void* bias, void* out
 namespace {
 
 ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_direct,
-                   bool allow_mma, bool allow_wgmma, bool force_wgmma, bool allow_tma,
+                   bool allow_few_channels, bool allow_mma, bool allow_wgmma, bool force_wgmma, bool allow_tma,
                    ChannelsLastInput channels_last, int device_sm) {
   ConvPlan plan;
   if (allow_direct && !force_wgmma) plan.direct = conv_direct_tiling(p, dtype);
   if (plan.direct.cb > 0) {
     plan.engine = ConvEngine::Direct;
     plan.tiles_per_sample = conv_direct_tiles_per_sample(p);
+    plan.prepared_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
+    return plan;
+  }
+  if (allow_few_channels && !force_wgmma) plan.few_channels = conv_few_channels_tiling(p, dtype);
+  if (plan.few_channels.cols > 0) {
+    plan.engine = ConvEngine::FewChannels;
     plan.prepared_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
     return plan;
   }
@@ -339,8 +345,10 @@ int current_device_sm() {
 
 }  // namespace
 
-ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool input_channels_last) {
+ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool input_channels_last,
+                   bool plain_output) {
   const bool allow_direct = !env_flag("MYOPS_DISABLE_DIRECT");
+  const bool allow_few_channels = plain_output && !env_flag("MYOPS_DISABLE_FEW_CHANNELS");
   const bool allow_mma = !env_flag("MYOPS_DISABLE_MMA"), allow_wgmma = !env_flag("MYOPS_DISABLE_WGMMA");
   const bool force_wgmma = env_flag("MYOPS_FORCE_WGMMA"), allow_tma = !env_flag("MYOPS_DISABLE_TMA");
   // A channels-last input is the kernel's NHWC input as it is (16-bit) or after a rounding copy
@@ -355,7 +363,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
   using Key = std::array<int64_t, 19>;
   const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
                 p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math),
-                allow_mma + 2 * allow_wgmma + 4 * force_wgmma + 8 * allow_direct + 16 * allow_tma,
+                allow_mma + 2 * allow_wgmma + 4 * force_wgmma + 8 * allow_direct + 16 * allow_tma + 32 * allow_few_channels,
                 static_cast<int64_t>(channels_last), device_sm};
   static std::mutex mutex;
   static std::map<Key, ConvPlan> cache;
@@ -365,7 +373,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     if (it != cache.end()) return it->second;
   }
   const ConvPlan plan =
-      make_plan(p, dtype, fp32_math, allow_direct, allow_mma, allow_wgmma, force_wgmma, allow_tma, channels_last,
+      make_plan(p, dtype, fp32_math, allow_direct, allow_few_channels, allow_mma, allow_wgmma, force_wgmma, allow_tma, channels_last,
                 device_sm);
   const std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= 4096) cache.clear();  // bounded: a stream of new shapes cannot grow it forever
@@ -411,6 +419,7 @@ cudaError_t conv_transpose2d_forward(const void* x, const void* prepared_weight,
   if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_forward(x, prepared_weight, bias, out, dtype, p, plan.wg, ep, stream);
   if (plan.engine == ConvEngine::Mma) return conv_mma_forward(x, prepared_weight, bias, out, dtype, p, plan.tiling, ep, stream);
   if (plan.engine == ConvEngine::Direct) return conv_direct_forward(x, prepared_weight, bias, out, dtype, p, plan.direct, ep, stream);
+  if (plan.engine == ConvEngine::FewChannels) return conv_few_channels_forward(x, prepared_weight, bias, out, dtype, p, plan.few_channels, ep, stream);
   switch (dtype) {
     case DType::F32:
       return fp32_math == Fp32Math::TF32

@@ -4,6 +4,7 @@
 // the phase). Phases that no tap reaches just write the bias.
 #include "cuda/conv_transpose2d_direct.cuh"
 #include "cuda/conv_transpose2d_mma.cuh"
+#include "cuda/conv_transpose2d_few_channels.cuh"
 #include "cuda/conv_transpose2d_wgmma.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/window_store.cuh"
@@ -43,7 +44,9 @@ struct ConvEpilogue {
 // Which kernel runs a call and what it needs: calls with few multiply-adds per output value
 // (C_in / groups x kH x kW / (sH x sW) <= 32: storing the output is their cost) take the direct
 // kernel (conv_transpose2d_direct.cuh), in every dtype and either float32 mode (its FFMA is
-// exact); otherwise, on sm_90, calls with more than 32 output channels
+// exact); plain float32 / float64 calls (no statistics: plain_output) with at most 4 output
+// channels per group and 256 multiply-adds per output the few-channels kernel
+// (conv_transpose2d_few_channels.cuh, FFMA too); otherwise, on sm_90, calls with more than 32 output channels
 // per group whose 16 (or 17) x 16 tiles the phase grids mostly fill (and, in float32, with 8 or
 // more taps per phase; with 17-row tiles, 4 or more input-channel chunks) take the
 // warp-specialised wgmma kernel (conv_transpose2d_wgmma.cuh); other
@@ -51,24 +54,27 @@ struct ConvEpilogue {
 // (conv_transpose2d_mma.cuh), and so do strict float32 calls with more than 32 output channels
 // per group (its FFMA mode: same staging, exact operands); the rest (float64, narrow strict
 // float32, very large kernels) the generic implicit-GEMM kernel. Switches (tests use them to
-// cover every kernel): MYOPS_DISABLE_DIRECT=1, MYOPS_DISABLE_WGMMA=1, MYOPS_FORCE_WGMMA=1 (wgmma
+// cover every kernel): MYOPS_DISABLE_DIRECT=1, MYOPS_DISABLE_FEW_CHANNELS=1, MYOPS_DISABLE_WGMMA=1, MYOPS_FORCE_WGMMA=1 (wgmma
 // for every call it can run), MYOPS_DISABLE_TMA=1 (the wgmma kernel loads its NCHW input through
 // registers only, and never takes it channels-last), MYOPS_DISABLE_NHWC_STAGING=1 /
 // MYOPS_FORCE_NHWC_STAGING=1 (the wgmma kernel never / wherever it can takes its input
 // channels-last: WgmmaTiling::nhwc), MYOPS_DISABLE_MMA=1 (no tensor-core kernel; with
 // MYOPS_DISABLE_DIRECT=1, generic only).
-enum class ConvEngine { Generic, Direct, Mma, Wgmma };
+enum class ConvEngine { Generic, Direct, FewChannels, Mma, Wgmma };
 struct ConvPlan {
   ConvEngine engine = ConvEngine::Generic;
   DirectTiling direct;            // the direct kernel's (engine Direct)
+  FewChannelsTiling few_channels;  // the few-channels kernel's (engine FewChannels)
   MmaTiling tiling;               // the mma kernel's tile shape (engine Mma)
   WgmmaTiling wg;                 // the wgmma kernel's (engine Wgmma)
   int64_t tiles_per_sample = 0;   // sizes ConvEpilogue::tile_stats
   int64_t prepared_numel = 0;     // elements of the prepared weight buffer (input dtype)
 };
 // input_channels_last: the input is channels-last contiguous (a 16-bit one then costs nothing to
-// give the wgmma kernel channels-last).
-ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool input_channels_last);
+// give the wgmma kernel channels-last). plain_output: the call's epilogue asks for no statistics
+// (ConvEpilogue::tile_stats, pool_windows, channel_fold unset), which the few-channels kernel needs.
+ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool input_channels_last,
+                   bool plain_output);
 
 // The output rows per tile where the plan's kernel can store 2 x 2 windows
 // (ConvEpilogue::pool_windows; the ping-pong wgmma kernel, whose threads hold pairs of

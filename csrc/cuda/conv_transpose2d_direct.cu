@@ -14,21 +14,16 @@ namespace {
 constexpr int kThreads = kConvThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTW = kDirectTileCols;
-constexpr int kMaxStride = 32;             // per dimension (the tap tables are kernel parameters)
 constexpr double kMaxMacsPerOutput = 32;   // past this the FFMA work outweighs the stores
 constexpr size_t kSmemBudget = 72 * 1024;  // three blocks per SM
 constexpr int kMaxRows = 16;
 constexpr int kHaloBatch = 4;  // halo rows whose loads a warp has in flight together
 
-// The taps that reach residue r along one dimension (PhaseTaps in 32 bits: the host checks the
-// ranges), and the kernel's geometry, computed once on the host.
-struct Taps32 {
-  int k0, step, count, off0, off_step;
-};
+// The kernel's geometry, computed once on the host.
 struct DirectGeometry {
   int th;            // output rows per block
   int hrows, hcols;  // the input halo a block stages: rows / columns from its origin
-  Taps32 rows[kMaxStride], cols[kMaxStride];
+  Taps32 rows[kMaxTapTableStride], cols[kMaxTapTableStride];
 };
 
 __host__ __device__ inline int floor_div(int a, int b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
@@ -229,12 +224,7 @@ DirectGeometry direct_geometry(const ConvTranspose2dParams& p, int th) {
   geo.th = th;
   geo.hrows = halo_extent(th, static_cast<int>(p.dH), static_cast<int>(p.kH), static_cast<int>(p.sH));
   geo.hcols = halo_extent(kTW, static_cast<int>(p.dW), static_cast<int>(p.kW), static_cast<int>(p.sW));
-  auto taps32 = [](const PhaseTaps& t) {
-    return Taps32{static_cast<int>(t.k0), static_cast<int>(t.step), static_cast<int>(t.count),
-                  static_cast<int>(t.off0), static_cast<int>(t.off_step)};
-  };
-  for (int64_t r = 0; r < p.sH; ++r) geo.rows[r] = taps32(phase_taps(r, p.pH, p.dH, p.sH, p.kH));
-  for (int64_t r = 0; r < p.sW; ++r) geo.cols[r] = taps32(phase_taps(r, p.pW, p.dW, p.sW, p.kW));
+  phase_taps32(p, geo.rows, geo.cols);
   return geo;
 }
 
@@ -257,7 +247,7 @@ cudaError_t launch(const void* x, const void* wt, const void* bias, void* out, D
 }  // namespace
 
 DirectTiling conv_direct_tiling(const ConvTranspose2dParams& p, DType dtype) {
-  if (p.sH > kMaxStride || p.sW > kMaxStride || p.OH <= 0 || p.OW <= 0) return {};
+  if (p.sH > kMaxTapTableStride || p.sW > kMaxTapTableStride || p.OH <= 0 || p.OW <= 0) return {};
   // 32-bit coordinates inside the kernel, and 32-bit offsets inside a group's input and weights
   if (!conv_coordinates_fit_int32(p) || p.C_in_g * p.H * p.W > kInt32CoordLimit ||
       p.kH * p.kW * p.C_in_g * p.C_out_g > kInt32CoordLimit)
