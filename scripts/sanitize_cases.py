@@ -30,6 +30,8 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
     (1, 20, 64, 1, 18, 40, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True),   # ... 16-bit boxes, channel tail
     (2, 6, 20, 2, 9, 40, (3, 4), (2, 3), (1, 1), (0, 1), (1, 2), True),     # direct: several tiles
     (1, 12, 64, 1, 9, 11, (5, 5), (1, 1), (1, 2), (0, 0), (1, 1), True),   # strict: the one-block FFMA build
+    (2, 24, 3, 1, 9, 45, (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), True),    # few-channels (plain op): RGB head
+    (1, 40, 2, 2, 7, 10, (5, 3), (3, 2), (2, 1), (1, 1), (2, 1), False),   # ... groups, stride 3, dilation
 ]
 worst = 0.0
 # float32 four times: TF32 (tensor cores), strict (allow_tf32 off) through our FFMA kernels, and
