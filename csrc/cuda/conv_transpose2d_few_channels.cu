@@ -96,8 +96,8 @@ __device__ inline void accumulate_channels(acc_t (&acc)[kRows][kCB], const T* __
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     conv_few_channels_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
-                       T* __restrict__ out, ConvTranspose2dParams p, FewChannelsGeometry geo, ConvEpilogue ep,
-                       int64_t n_base, int64_t /*grid tiles*/) {
+                             T* __restrict__ out, ConvTranspose2dParams p, FewChannelsGeometry geo,
+                             ConvEpilogue ep, int64_t n_base, int64_t /*grid tiles*/) {
   using Traits = DTypeTraits<T>;
   using acc_t = typename Traits::acc_t;
   extern __shared__ __align__(16) unsigned char smem_raw[];
