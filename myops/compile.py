@@ -177,7 +177,8 @@ def reset_stats() -> None:
         _stats[k] = 0
 
 
-def fuse(graph_module: torch.fx.GraphModule, *, conv_transpose2d: bool = False, devices: Devices = None) -> int:
+def fuse(graph_module: torch.fx.GraphModule, *, conv_transpose2d: _fx_match.StandaloneConv = False,
+         devices: Devices = None) -> int:
     """Applies the rewrite to an FX GraphModule (e.g. ``torch.export.export(...).module()`` or its
     ``graph_module``) in place and returns the number of replacements. An explicit request, so by
     default on every device (``devices`` as in enable())."""

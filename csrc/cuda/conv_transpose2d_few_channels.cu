@@ -1,7 +1,4 @@
 // The few-channels conv_transpose2d kernel (see conv_transpose2d_few_channels.cuh for when and why).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 
 #include "cuda/conv_common.cuh"
@@ -14,13 +11,15 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kCB = kFewChannels;
 constexpr int kRows = kFewChannelsRows;
-constexpr size_t kSmemBudget = 64 * 1024;  // a phase's weights: (taps of the phase) x C_in / groups x kCB
 // Multiply-adds per output value (C_in / groups x a phase's taps) up to which the kernel beats the
 // tensor-core kernels in float32 (H100, ms: 64 -> 3 k4 s2 head at 256 x 32^2, 256 per output: 0.204
 // against mma.sync's 0.221; 32 -> 1 k4 s2, 128: 0.083 / 0.085; 128 -> 3 k3 s1 at 8 x 256^2, 1152:
 // 0.457 / 0.264). Its FFMA runs at a fraction of the FMA peak (loads per product); past this the
 // tensor cores' throughput outweighs their 3-of-16 row use.
 constexpr int64_t kMaxMacsPerOutput = 256;
+// A block stages a phase's weights, (taps of the phase) x C_in / groups <= kMaxMacsPerOutput entries
+// of kCB values: at most 8 KB (float64), so the MACs bound also bounds shared memory.
+static_assert(kMaxMacsPerOutput * kFewChannels * sizeof(double) <= 48 * 1024, "weights fit shared memory");
 constexpr int kUnrollChannels = 4;         // input channels whose loads a thread has in flight together
 
 struct FewChannelsGeometry {
@@ -191,10 +190,9 @@ FewChannelsGeometry few_channels_geometry(const ConvTranspose2dParams& p, const 
   return geo;
 }
 
-int64_t grid_tiles(const ConvTranspose2dParams& p, const FewChannelsTiling& t) {
-  const int64_t rows_per_block = kThreads / t.cols * kRows;
-  return p.sH * p.sW * ceil_div_nonneg(phase_extent(p.OH, 0, p.sH), rows_per_block) *
-         ceil_div_nonneg(phase_extent(p.OW, 0, p.sW), t.cols);
+// Blocks per (group, image): every phase gets the largest phase grid's blocks.
+int64_t grid_tiles(const ConvTranspose2dParams& p, const FewChannelsGeometry& geo) {
+  return p.sH * p.sW * static_cast<int64_t>(geo.row_blocks) * geo.col_blocks;
 }
 
 template <typename T>
@@ -203,7 +201,7 @@ cudaError_t launch(const void* x, const void* wt, const void* bias, void* out, D
                    cudaStream_t stream) {
   const FewChannelsGeometry geo = few_channels_geometry(p, t);
   const size_t smem = few_channels_smem_bytes(geo, p, dtype);
-  return launch_conv_grid(conv_few_channels_kernel<T>, kThreads, smem, stream, grid_tiles(p, t), p.groups, p.N, 1,
+  return launch_conv_grid(conv_few_channels_kernel<T>, kThreads, smem, stream, grid_tiles(p, geo), p.groups, p.N, 1,
                           static_cast<const T*>(x), static_cast<const T*>(wt), static_cast<const T*>(bias),
                           static_cast<T*>(out), p, geo, ep);
 }
@@ -222,19 +220,18 @@ FewChannelsTiling conv_few_channels_tiling(const ConvTranspose2dParams& p, DType
   const int64_t ext_w = phase_extent(p.OW, 0, p.sW);
   t.cols = ext_w <= 8 ? 8 : ext_w <= 16 ? 16 : 32;
   const FewChannelsGeometry geo = few_channels_geometry(p, t);
-  if (max_phase_taps(geo, p) * p.C_in_g > kMaxMacsPerOutput) return {};
-  if (few_channels_smem_bytes(geo, p, dtype) > kSmemBudget || grid_tiles(p, t) > 0x7fffffff) return {};
+  if (max_phase_taps(geo, p) * p.C_in_g > kMaxMacsPerOutput || grid_tiles(p, geo) > 0x7fffffff) return {};
   return t;
 }
 
 cudaError_t conv_few_channels_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
-                                DType dtype, const ConvTranspose2dParams& p, const FewChannelsTiling& t,
-                                const ConvEpilogue& ep, cudaStream_t stream) {
+                                      DType dtype, const ConvTranspose2dParams& p, const FewChannelsTiling& t,
+                                      const ConvEpilogue& ep, cudaStream_t stream) {
   if (ep.tile_stats != nullptr || ep.pool_windows || ep.channel_fold != 1) return cudaErrorInvalidValue;
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    return launch<T>(x, prepared_weight, bias, out, dtype, p, t, ep, stream);
-  });
+  // the plan takes float32 / float64 only (conv_few_channels_tiling): no 16-bit builds
+  if (dtype == DType::F32) return launch<float>(x, prepared_weight, bias, out, dtype, p, t, ep, stream);
+  if (dtype == DType::F64) return launch<double>(x, prepared_weight, bias, out, dtype, p, t, ep, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace cuda

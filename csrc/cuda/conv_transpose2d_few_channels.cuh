@@ -31,8 +31,8 @@ struct ConvEpilogue;
 // prepared_weight: the generic kernel's layout [groups][kH * kW][C_in / groups][C_out / groups].
 // ep: bias and activation only (the plan takes this kernel for plain calls).
 cudaError_t conv_few_channels_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
-                                DType dtype, const ConvTranspose2dParams& p, const FewChannelsTiling& t,
-                                const ConvEpilogue& ep, cudaStream_t stream);
+                                      DType dtype, const ConvTranspose2dParams& p, const FewChannelsTiling& t,
+                                      const ConvEpilogue& ep, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace myops
