@@ -1,5 +1,6 @@
 // The few-channels conv_transpose2d kernel (see conv_transpose2d_few_channels.cuh for when and why).
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/conv_common.cuh"
 #include "cuda/conv_transpose2d_few_channels.cuh"
@@ -90,10 +91,59 @@ __device__ inline void accumulate_channels(acc_t (&acc)[kRows][kCB], const T* __
   }
 }
 
+// The same where the phase has kTH row taps, kSH input rows apart (a block-uniform case): a
+// thread's rows of every row tap lie in kRows + (kTH - 1) kSH input rows, loaded once per (input
+// channel, column tap) and shared by the row taps, which the generic loop loads separately (the
+// k4 s2 heads' phases: 5 loads per channel and column tap instead of 8).
+template <int kTH, int kSH>
+struct RowWindow {
+  static constexpr int kSpan = kRows + (kTH - 1) * kSH;
+  int offset[kSpan];  // of input row ih_lo + s in a channel's plane where it lies inside, else -1
+  __device__ RowWindow(const PhasePixels& px, const Taps32& tr) {
+    const int ih_lo = px.qh0 + tr.off0 - (kTH - 1) * kSH;  // the lowest row any row tap reads
+#pragma unroll
+    for (int s = 0; s < kSpan; ++s) offset[s] = ih_lo + s >= 0 && ih_lo + s < px.H ? (ih_lo + s) * px.W : -1;
+  }
+};
+
+template <int kU, int kTH, int kSH, typename T, typename acc_t>
+__device__ inline void accumulate_channels_shared_rows(acc_t (&acc)[kRows][kCB], const T* __restrict__ x_group,
+                                                       const acc_t* ws, int ic, const PhasePixels& px,
+                                                       const RowWindow<kTH, kSH>& rows, const Taps32& tc) {
+  using Traits = DTypeTraits<T>;
+  constexpr int kSpan = RowWindow<kTH, kSH>::kSpan;
+  const T* x_chan = x_group + static_cast<int64_t>(ic) * px.plane;
+  for (int t_w = 0; t_w < tc.count; ++t_w) {
+    const int iw = px.qw + tc.off0 - t_w * tc.off_step;
+    const bool col_inside = iw >= 0 && iw < px.W;
+    acc_t v[kU][kSpan];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int s = 0; s < kSpan; ++s)
+        v[u][s] = col_inside && rows.offset[s] >= 0 ? Traits::to_acc(x_chan[u * px.plane + rows.offset[s] + iw])
+                                                    : acc_t(0);
+    // row tap t_h reads window rows (kTH - 1 - t_h) kSH + r
+#pragma unroll
+    for (int t_h = 0; t_h < kTH; ++t_h) {
+      const acc_t* wp = ws + ((t_h * tc.count + t_w) * px.C_in_g + ic) * kCB;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const ChannelWeights<acc_t> w = load_weights(wp + u * kCB);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int c = 0; c < kCB; ++c) acc[r][c] = fma(v[u][(kTH - 1 - t_h) * kSH + r], w.w[c], acc[r][c]);
+      }
+    }
+  }
+}
+
 // Block: (phase, row block, column block) x group x image. Shared memory: the phase's weights
 // [tap of the phase][C_in / groups][kCB] in the accumulation type, zero past C_out / groups.
+// float32 at 64 registers: 8 blocks per SM (72 registers with the shared row windows otherwise: 7)
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, std::is_same<T, float>::value ? 8 : 1)
     conv_few_channels_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias,
                              T* __restrict__ out, ConvTranspose2dParams p, FewChannelsGeometry geo,
                              ConvEpilogue ep, int64_t n_base, int64_t /*grid tiles*/) {
@@ -145,10 +195,26 @@ __global__ void __launch_bounds__(kThreads)
   // 128-channel k3 head).
   const T* x_group = x + (n * p.C_in + g * p.C_in_g) * p.H * p.W;
   const PhasePixels px{qh0, qw, H, W, H * W, C_in_g};
-  int ic = 0;
-  for (; ic + kUnrollChannels <= C_in_g; ic += kUnrollChannels)
-    accumulate_channels<kUnrollChannels>(acc, x_group, ws, ic, px, tr, tc);
-  for (; ic < C_in_g; ++ic) accumulate_channels<1>(acc, x_group, ws, ic, px, tr, tc);
+  auto over_channels = [&](auto accumulate) {
+    int ic = 0;
+    for (; ic + kUnrollChannels <= C_in_g; ic += kUnrollChannels)
+      accumulate(std::integral_constant<int, kUnrollChannels>{}, ic);
+    for (; ic < C_in_g; ++ic) accumulate(std::integral_constant<int, 1>{}, ic);
+  };
+  auto shared_rows = [&](auto th, auto sh) {
+    const RowWindow<decltype(th)::value, decltype(sh)::value> rows(px, tr);
+    over_channels([&](auto u, int ic) {
+      accumulate_channels_shared_rows<decltype(u)::value>(acc, x_group, ws, ic, px, rows, tc);
+    });
+  };
+  // the row-tap patterns of the common heads (k4 s2, k3 s1) share their rows' loads
+  if (tr.count == 2 && tr.off_step == 1) {
+    shared_rows(std::integral_constant<int, 2>{}, std::integral_constant<int, 1>{});
+  } else if (tr.count == 3 && tr.off_step == 1) {
+    shared_rows(std::integral_constant<int, 3>{}, std::integral_constant<int, 1>{});
+  } else {
+    over_channels([&](auto u, int ic) { accumulate_channels<decltype(u)::value>(acc, x_group, ws, ic, px, tr, tc); });
+  }
 
   // Bias and activation; phases no tap reaches store just that.
   const int64_t out_plane = p.OH * p.OW;
