@@ -36,21 +36,25 @@ def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Se
             _output_padding(conv, input, output_size), conv.groups, list(conv.dilation))
 
 
-def _batch_norm_arguments(bn: nn.BatchNorm2d) -> dict:
-    """The BatchNorm arguments of one forward step of ``bn``, with its bookkeeping done as
-    nn.BatchNorm2d.forward does it (in training with tracked statistics: ``num_batches_tracked``
-    += 1, and momentum None is the cumulative average 1 / num_batches_tracked). Keyword
-    arguments of :func:`myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm`."""
+def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[dict, bool]:
+    """The BatchNorm arguments of one forward step of ``bn`` (keyword arguments of
+    :func:`myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm`), and whether the step
+    still owes ``num_batches_tracked += 1``, nn.BatchNorm2d.forward's bookkeeping in training with
+    tracked statistics. With momentum None the factor is the cumulative average
+    1 / num_batches_tracked, so the count goes up here; with a momentum the caller adds it after
+    the fused call, whose kernels then start ~20 us sooner (the add's launch is host time)."""
     factor = 0.0 if bn.momentum is None else bn.momentum
-    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+    owes_count = bn.training and bn.track_running_stats and bn.num_batches_tracked is not None
+    if owes_count and bn.momentum is None:
         bn.num_batches_tracked.add_(1)
-        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+        factor = 1.0 / float(bn.num_batches_tracked)
+        owes_count = False
     # buffers normalise in eval mode, and are updated in training only where they are tracked
     use_buffers = not bn.training or bn.track_running_stats
     return dict(running_mean=bn.running_mean if use_buffers else None,
                 running_var=bn.running_var if use_buffers else None, bn_weight=bn.weight, bn_bias=bn.bias,
                 training=bn.training or (bn.running_mean is None and bn.running_var is None), momentum=factor,
-                bn_eps=bn.eps)
+                bn_eps=bn.eps), owes_count
 
 
 def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxPool2d, norm: nn.GroupNorm,
@@ -58,10 +62,14 @@ def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxP
     """``norm(pool(tanh(bn(conv(input)))))`` as one call of the fused op, with the layers' own
     arguments and BatchNorm's bookkeeping (the forward of the module below; the bench calls it
     on its eager block)."""
-    return ops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
-        *_conv_args(conv, input, output_size), **_batch_norm_arguments(bn), kernel_size=pool.kernel_size,
+    bn_args, owes_count = _batch_norm_arguments(bn)
+    out = ops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+        *_conv_args(conv, input, output_size), **bn_args, kernel_size=pool.kernel_size,
         pool_stride=pool.stride, pool_padding=pool.padding, pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode,
         num_groups=norm.num_groups, gn_weight=norm.weight, gn_bias=norm.bias, gn_eps=norm.eps)
+    if owes_count:
+        bn.num_batches_tracked.add_(1)
+    return out
 
 
 def _require(cls: type, name: str, module, kinds: tuple) -> None:

@@ -160,7 +160,7 @@ def random_narrow_conv_config(rng: random.Random):
 def random_few_channels_conv_config(rng: random.Random):
     """A random configuration with 1-4 output channels per group and more than 32 multiply-adds
     per output value (RGB, mask and flow heads): in float32 / float64 mostly the shapes the CUDA
-    few-channels kernel takes for a plain conv_transpose2d call (up to 256 per output), with
+    few-channels kernel takes for a plain conv_transpose2d call (up to 512 per output), with
     strides up to 5 (phases without taps among them), phase grids narrower than a warp and wider
     than a block, several row blocks and groups."""
     while True:

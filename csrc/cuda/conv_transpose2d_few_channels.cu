@@ -13,13 +13,14 @@ constexpr int kThreads = 128;
 constexpr int kCB = kFewChannels;
 constexpr int kRows = kFewChannelsRows;
 // Multiply-adds per output value (C_in / groups x a phase's taps) up to which the kernel beats the
-// tensor-core kernels in float32 (H100, ms: 64 -> 3 k4 s2 head at 256 x 32^2, 256 per output: 0.204
-// against mma.sync's 0.221; 32 -> 1 k4 s2, 128: 0.083 / 0.085; 128 -> 3 k3 s1 at 8 x 256^2, 1152:
-// 0.457 / 0.264). Its FFMA runs at a fraction of the FMA peak (loads per product); past this the
-// tensor cores' throughput outweighs their 3-of-16 row use.
-constexpr int64_t kMaxMacsPerOutput = 256;
+// tensor-core kernels in float32 (H100, queued ms against mma.sync's: 64 -> 3 k4 s2 at 256 x 32^2,
+// 256 per output: 0.141 / 0.221; 128 -> 3 k4 s2 at 64 x 64^2, 512: 0.273 / 0.375; 64 -> 3 k3 s1 at
+// 8 x 256^2, 576: 0.150 / 0.152; 128 -> 3 k3 s1, 1152: 0.286 / 0.265; 256 -> 4 k4 s2 at 32 x 32^2,
+// 1024: 0.151 / 0.096). Its FFMA runs at a fraction of the FMA peak (loads per product); past this
+// the tensor cores' throughput outweighs their 3-of-16 row use.
+constexpr int64_t kMaxMacsPerOutput = 512;
 // A block stages a phase's weights, (taps of the phase) x C_in / groups <= kMaxMacsPerOutput entries
-// of kCB values: at most 8 KB (float64), so the MACs bound also bounds shared memory.
+// of kCB values: at most 16 KB (float64), so the MACs bound also bounds shared memory.
 static_assert(kMaxMacsPerOutput * kFewChannels * sizeof(double) <= 48 * 1024, "weights fit shared memory");
 constexpr int kUnrollChannels = 4;         // input channels whose loads a thread has in flight together
 
@@ -275,8 +276,9 @@ cudaError_t launch(const void* x, const void* wt, const void* bias, void* out, D
 }  // namespace
 
 FewChannelsTiling conv_few_channels_tiling(const ConvTranspose2dParams& p, DType dtype) {
-  // 16-bit types: the tensor cores' bf16 / fp16 rate beat this kernel on every head measured
-  // (H100, the DCGAN head 0.212 against mma.sync's 0.154 ms)
+  // 16-bit types: the tensor cores' bf16 / fp16 rate matched or beat this kernel on the heads
+  // measured (H100, queued ms against mma.sync's: the DCGAN head 0.151 / 0.154, 576 per output
+  // 0.144 / 0.100, 1152 0.276 / 0.167)
   if (dtype != DType::F32 && dtype != DType::F64) return {};
   if (p.C_out_g < 1 || p.C_out_g > kCB || p.OH <= 0 || p.OW <= 0) return {};
   if (p.sH > kMaxTapTableStride || p.sW > kMaxTapTableStride || p.groups > 65535) return {};

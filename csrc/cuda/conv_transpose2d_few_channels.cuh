@@ -1,6 +1,6 @@
 #pragma once
 // The few-channels conv_transpose2d kernel, for plain float32 / float64 calls (no GroupNorm /
-// BatchNorm partials) with at most 4 output channels per group and at most 256 multiply-adds per
+// BatchNorm partials) with at most 4 output channels per group and at most 512 multiply-adds per
 // output value: the image heads of decoders and GAN generators (64 -> 3 RGB), mask and flow heads.
 // Their GEMM's channel dimension fills at most a quarter of a tensor-core tile (m16: 3 of 16
 // rows), so an output-stationary FFMA kernel does as well or better there (H100 numbers in the
