@@ -45,9 +45,10 @@ __device__ inline ChannelWeights<acc_t> load_weights(const acc_t* src) {
   return out;
 }
 
-// acc[r][c] += v[r] * w[c]: one input channel's values at the thread's rows, times its weights.
+// acc[r][c] += v[r] * w[c]: one input channel's values at the thread's rows (kRows registers from
+// v, indexed by constants once unrolled), times its weights.
 template <typename acc_t>
-__device__ inline void accumulate_rows(acc_t (&acc)[kRows][kCB], const acc_t (&v)[kRows], const ChannelWeights<acc_t>& w) {
+__device__ inline void accumulate_rows(acc_t (&acc)[kRows][kCB], const acc_t* v, const ChannelWeights<acc_t>& w) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -92,27 +93,27 @@ __device__ inline void accumulate_channels(acc_t (&acc)[kRows][kCB], const T* __
   }
 }
 
-// The same where the phase has kTH row taps, kSH input rows apart (a block-uniform case): a
-// thread's rows of every row tap lie in kRows + (kTH - 1) kSH input rows, loaded once per (input
+// The same where the phase has kTH row taps one input row apart (a block-uniform case): a
+// thread's rows of every row tap lie in kRows + kTH - 1 input rows, loaded once per (input
 // channel, column tap) and shared by the row taps, which the generic loop loads separately (the
 // k4 s2 heads' phases: 5 loads per channel and column tap instead of 8).
-template <int kTH, int kSH>
+template <int kTH>
 struct RowWindow {
-  static constexpr int kSpan = kRows + (kTH - 1) * kSH;
+  static constexpr int kSpan = kRows + kTH - 1;
   int offset[kSpan];  // of input row ih_lo + s in a channel's plane where it lies inside, else -1
   __device__ RowWindow(const PhasePixels& px, const Taps32& tr) {
-    const int ih_lo = px.qh0 + tr.off0 - (kTH - 1) * kSH;  // the lowest row any row tap reads
+    const int ih_lo = px.qh0 + tr.off0 - (kTH - 1);  // the lowest row any row tap reads
 #pragma unroll
     for (int s = 0; s < kSpan; ++s) offset[s] = ih_lo + s >= 0 && ih_lo + s < px.H ? (ih_lo + s) * px.W : -1;
   }
 };
 
-template <int kU, int kTH, int kSH, typename T, typename acc_t>
+template <int kU, int kTH, typename T, typename acc_t>
 __device__ inline void accumulate_channels_shared_rows(acc_t (&acc)[kRows][kCB], const T* __restrict__ x_group,
                                                        const acc_t* ws, int ic, const PhasePixels& px,
-                                                       const RowWindow<kTH, kSH>& rows, const Taps32& tc) {
+                                                       const RowWindow<kTH>& rows, const Taps32& tc) {
   using Traits = DTypeTraits<T>;
-  constexpr int kSpan = RowWindow<kTH, kSH>::kSpan;
+  constexpr int kSpan = RowWindow<kTH>::kSpan;
   const T* x_chan = x_group + static_cast<int64_t>(ic) * px.plane;
   for (int t_w = 0; t_w < tc.count; ++t_w) {
     const int iw = px.qw + tc.off0 - t_w * tc.off_step;
@@ -124,18 +125,12 @@ __device__ inline void accumulate_channels_shared_rows(acc_t (&acc)[kRows][kCB],
       for (int s = 0; s < kSpan; ++s)
         v[u][s] = col_inside && rows.offset[s] >= 0 ? Traits::to_acc(x_chan[u * px.plane + rows.offset[s] + iw])
                                                     : acc_t(0);
-    // row tap t_h reads window rows (kTH - 1 - t_h) kSH + r
+    // row tap t_h reads window rows kTH - 1 - t_h + r
 #pragma unroll
     for (int t_h = 0; t_h < kTH; ++t_h) {
       const acc_t* wp = ws + ((t_h * tc.count + t_w) * px.C_in_g + ic) * kCB;
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const ChannelWeights<acc_t> w = load_weights(wp + u * kCB);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-          for (int c = 0; c < kCB; ++c) acc[r][c] = fma(v[u][(kTH - 1 - t_h) * kSH + r], w.w[c], acc[r][c]);
-      }
+      for (int u = 0; u < kU; ++u) accumulate_rows(acc, v[u] + (kTH - 1 - t_h), load_weights(wp + u * kCB));
     }
   }
 }
@@ -202,17 +197,17 @@ __global__ void __launch_bounds__(kThreads, std::is_same<T, float>::value ? 8 : 
       accumulate(std::integral_constant<int, kUnrollChannels>{}, ic);
     for (; ic < C_in_g; ++ic) accumulate(std::integral_constant<int, 1>{}, ic);
   };
-  auto shared_rows = [&](auto th, auto sh) {
-    const RowWindow<decltype(th)::value, decltype(sh)::value> rows(px, tr);
+  auto shared_rows = [&](auto th) {
+    const RowWindow<decltype(th)::value> rows(px, tr);
     over_channels([&](auto u, int ic) {
       accumulate_channels_shared_rows<decltype(u)::value>(acc, x_group, ws, ic, px, rows, tc);
     });
   };
   // the row-tap patterns of the common heads (k4 s2, k3 s1) share their rows' loads
   if (tr.count == 2 && tr.off_step == 1) {
-    shared_rows(std::integral_constant<int, 2>{}, std::integral_constant<int, 1>{});
+    shared_rows(std::integral_constant<int, 2>{});
   } else if (tr.count == 3 && tr.off_step == 1) {
-    shared_rows(std::integral_constant<int, 3>{}, std::integral_constant<int, 1>{});
+    shared_rows(std::integral_constant<int, 3>{});
   } else {
     over_channels([&](auto u, int ic) { accumulate_channels<decltype(u)::value>(acc, x_group, ws, ic, px, tr, tc); });
   }
