@@ -216,12 +216,27 @@ __device__ inline void issue_channels_last_chunk(const CUtensorMap& map, const W
                 static_cast<int>(row0), static_cast<int>(n), full);
 }
 
-// One strip's MMA: m64n(8R), 4R accumulators per thread.
-template <typename T, int R>
-__device__ inline void wgmma_strip(float (&d)[4 * R], uint64_t a, uint64_t b) {
+// One strip's MMA over its first kRows rows: m64n(8 kRows) into the first 4 kRows of the strip's
+// 4R accumulators (the MMA's accumulator layout puts N-column n of any N in the same register).
+template <typename T, int R, int kRows>
+__device__ inline void wgmma_strip(float (&acc)[4 * R], uint64_t a, uint64_t b) {
   static_assert(R == 16 || R == 17, "strip heights with generated wrappers");
+  static_assert(kRows == R || kRows == 2 || kRows == 4 || kRows == 8 || kRows == 16, "row counts with generated wrappers");
   constexpr bool kF32 = std::is_same<T, float>::value, kBf16 = std::is_same<T, __nv_bfloat16>::value;
-  if constexpr (R == 16) {
+  float(&d)[4 * kRows] = *reinterpret_cast<float(*)[4 * kRows]>(&acc[0]);
+  if constexpr (kRows == 2) {
+    if constexpr (kF32) wgmma_m64n16_tf32(d, a, b);
+    else if constexpr (kBf16) wgmma_m64n16_bf16(d, a, b);
+    else wgmma_m64n16_f16(d, a, b);
+  } else if constexpr (kRows == 4) {
+    if constexpr (kF32) wgmma_m64n32_tf32(d, a, b);
+    else if constexpr (kBf16) wgmma_m64n32_bf16(d, a, b);
+    else wgmma_m64n32_f16(d, a, b);
+  } else if constexpr (kRows == 8) {
+    if constexpr (kF32) wgmma_m64n64_tf32(d, a, b);
+    else if constexpr (kBf16) wgmma_m64n64_bf16(d, a, b);
+    else wgmma_m64n64_f16(d, a, b);
+  } else if constexpr (kRows == 16) {
     if constexpr (kF32) wgmma_m64n128_tf32(d, a, b);
     else if constexpr (kBf16) wgmma_m64n128_bf16(d, a, b);
     else wgmma_m64n128_f16(d, a, b);
@@ -234,13 +249,18 @@ __device__ inline void wgmma_strip(float (&d)[4 * R], uint64_t a, uint64_t b) {
 
 // One chunk's MMAs (then committed as one group): every tap of phase ph on the tile's strips
 // (only those left of the grid's edge, q < q_used; the full tile's loop is kept free of that test:
-// H100, with a per-MMA test L2_19's conv took 3.96 ms, without 3.79). Tap (t_h, t_w) reads the
-// halo shifted by (cnt_h - 1 - t_h) * step_h rows and (cnt_w - 1 - t_w) * step_w columns; strip q
-// starts 8q columns in. Descriptor addresses are in 16-byte units: one per halo pixel.
+// H100, with a per-MMA test L2_19's conv took 3.96 ms, without 3.79), over the strips' first
+// rows_used rows rounded up to 2, 4, 8 (16) or all R: a tile the phase grid ends within (its last
+// tile row: 2 of 16 rows at L2_19's 258 output rows, and as many at L1_57 / L1_65) issues a
+// fraction of the MMA work. Tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h
+// rows and (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in. Descriptor addresses
+// are in 16-byte units: one per halo pixel.
 template <typename T, int Q, int R>
 __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[Q][4 * R], int cnt_h, int cnt_w, int step_h,
-                                                 int step_w, int hcols, int q_used, uint64_t a_desc, uint64_t b_desc) {
-  auto taps = [&](auto all_strips) {
+                                                 int step_w, int hcols, int q_used, int rows_used, uint64_t a_desc,
+                                                 uint64_t b_desc) {
+  auto taps = [&](auto all_strips, auto rows) {
+    constexpr int kRows = decltype(rows)::value;
     int tap = 0;
     for (int t_h = 0; t_h < cnt_h; ++t_h)
       for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap) {
@@ -248,14 +268,27 @@ __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[Q][4 * R], int cnt
 #pragma unroll
         for (int q = 0; q < Q; ++q)
           if (decltype(all_strips)::value || q < q_used)
-            wgmma_strip<T, R>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
+            wgmma_strip<T, R, kRows>(acc[q], a_desc + tap * (kTapBytes / 16), b_desc + shift + 8 * q);
       }
   };
+  auto strips = [&](auto rows) {
+    if (q_used == Q) {
+      taps(std::true_type{}, rows);
+    } else {
+      taps(std::false_type{}, rows);
+    }
+  };
   wgmma_fence();
-  if (q_used == Q) {
-    taps(std::true_type{});
+  if (rows_used <= 2) {
+    strips(std::integral_constant<int, 2>{});
+  } else if (rows_used <= 4) {
+    strips(std::integral_constant<int, 4>{});
+  } else if (rows_used <= 8) {
+    strips(std::integral_constant<int, 8>{});
+  } else if (R == 17 && rows_used <= 16) {
+    strips(std::integral_constant<int, 16>{});
   } else {
-    taps(std::false_type{});
+    strips(std::integral_constant<int, R>{});
   }
   wgmma_commit();
 }
@@ -504,10 +537,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
     const int q_used = min(Q, (ph.OWp - i0 + 7) / 8);  // strips right of the grid issue no MMAs
+    const int rows_used = min(R, ph.OHp - j0);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = c % stages;
       mbar_wait(full(s), (c / stages) & 1);
-      issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, b_cols, q_used,
+      issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, b_cols, q_used, rows_used,
                                 wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128),
                                 wgmma_desc(pipe + stage(s), sl.halo_plane, b_cols * 16));
       wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
@@ -699,10 +733,11 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
 #pragma unroll
       for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
       const int q_used = min(Q, (ph.OWp - origin.i0 + 7) / 8);  // strips right of the grid issue no MMAs
+      const int rows_used = min(R, ph.OHp - origin.j0);
       for (int c = 0; c < n_chunks; ++c) {
         const int s = (chunk_seq + c) % stages;
         mbar_wait(full(s), ((chunk_seq + c) / stages) & 1);
-        issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used,
+        issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used, rows_used,
                                   wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128),
                                   wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16));
         wgmma_wait<1>();  // chunk c - 1's MMAs are done: its stage goes back to the producer
