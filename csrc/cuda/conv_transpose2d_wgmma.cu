@@ -247,12 +247,19 @@ __device__ inline void wgmma_strip(float (&acc)[4 * R], uint64_t a, uint64_t b) 
   }
 }
 
+// The rows a tile's MMAs cover for rows_used rows of output in its strips: 2, 4, 8 (16 for
+// 17-row strips) or all R (the MMA shapes with wrappers).
+template <int R>
+__host__ __device__ constexpr int mma_rows(int rows_used) {
+  return rows_used <= 2 ? 2 : rows_used <= 4 ? 4 : rows_used <= 8 ? 8 : R == 17 && rows_used <= 16 ? 16 : R;
+}
+
 // One chunk's MMAs (then committed as one group): every tap of phase ph on the tile's strips
 // (only those left of the grid's edge, q < q_used; the full tile's loop is kept free of that test:
 // H100, with a per-MMA test L2_19's conv took 3.96 ms, without 3.79), over the strips' first
 // rows_used rows rounded up to 2, 4, 8 (16) or all R: a tile the phase grid ends within (its last
 // tile row: 2 of 16 rows at L2_19's 258 output rows, and as many at L1_57 / L1_65) issues a
-// fraction of the MMA work. Tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h
+// fraction of the MMA work (mma_rows). Tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h
 // rows and (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in. Descriptor addresses
 // are in 16-byte units: one per halo pixel.
 template <typename T, int Q, int R>
@@ -279,13 +286,14 @@ __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[Q][4 * R], int cnt
     }
   };
   wgmma_fence();
-  if (rows_used <= 2) {
+  const int rows = mma_rows<R>(rows_used);
+  if (rows == 2) {
     strips(std::integral_constant<int, 2>{});
-  } else if (rows_used <= 4) {
+  } else if (rows == 4) {
     strips(std::integral_constant<int, 4>{});
-  } else if (rows_used <= 8) {
+  } else if (rows == 8) {
     strips(std::integral_constant<int, 8>{});
-  } else if (R == 17 && rows_used <= 16) {
+  } else if (rows == 16 && R == 17) {
     strips(std::integral_constant<int, 16>{});
   } else {
     strips(std::integral_constant<int, R>{});
@@ -390,7 +398,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const PhaseEntry& ph = phases.e[origin.phase];
   const int j0 = origin.j0, i0 = origin.i0;
   const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
-  const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
+  // the halo rows the MMAs read: the rows they cover (mma_rows) and the taps' row shifts; the
+  // producer stages no more (a tile's last 14 of 18 rows where the grid ends 2 rows in)
+  const int rows_used = min(R, ph.OHp - j0);
+  const int hrows = min(ph.hrows, mma_rows<R>(rows_used) + (cnt_h - 1) * step_h);
+  const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = hrows * ph.hcols;
   const int n_chunks = taps > 0 ? static_cast<int>((p.C_in_g + kCh - 1) / kCh) : 0;
   const int b_cols = kNhwc ? sl.box_cols : hcols;  // halo pixels per row in a stage
 
@@ -415,7 +427,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // 16-bit NCHW boxes: per chunk, the box goes to the stage through BoxTransposer.
   auto produce_transposed = [&](auto issue_box, const uint32_t* w_block, int64_t w_chunk_words, uint32_t w_bytes,
                                 int shift) {
-    const BoxTransposer transpose(sl, ph.hrows, hcols, shift, bars + kBarrierBytes - kDiscardBytes);
+    const BoxTransposer transpose(sl, hrows, hcols, shift, bars + kBarrierBytes - kDiscardBytes);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = claim_stage(c, w_block + c * w_chunk_words, w_bytes);
       transpose(boxes.acquire(c), pipe + stage(s));
@@ -537,7 +549,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
     const int q_used = min(Q, (ph.OWp - i0 + 7) / 8);  // strips right of the grid issue no MMAs
-    const int rows_used = min(R, ph.OHp - j0);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = c % stages;
       mbar_wait(full(s), (c / stages) & 1);
