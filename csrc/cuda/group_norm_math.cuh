@@ -100,17 +100,29 @@ __device__ inline void normalise_plane(const T* xp, T* yp, int64_t HW, const Pla
 
 // Group `group`'s (count, mean, M2) from tile partials [groups][per_group][3] (a group's
 // (channel, tile) entries are contiguous), by a team of kTeam threads (a warp, or a whole block of
-// kTeam threads), `member` its index: each member combines entries member, member + kTeam, ...,
-// then the team combines the members in a fixed order. Valid in member 0.
+// kTeam threads, then combining through `scratch`: kTeam entries of shared memory), `member` its
+// index: each member combines entries member, member + kTeam, ..., then the team combines the
+// members in a fixed order. Valid in member 0.
 template <int kTeam, typename S>
-__device__ inline Moments group_moments_from_tiles(const S* tiles, int64_t group, int64_t per_group, int member) {
+__device__ inline Moments group_moments_from_tiles(const S* tiles, int64_t group, int64_t per_group, int member,
+                                                   Moments* scratch) {
   const S* t = tiles + group * per_group * 3;
   Moments acc{0, 0, 0};
   for (int64_t i = member; i < per_group; i += kTeam) acc = combine(acc, {t[3 * i], t[3 * i + 1], t[3 * i + 2]});
   if constexpr (kTeam == 32) {
     return warp_combine(acc);
   } else {
-    return block_combine<kTeam>(acc);
+    return block_combine<kTeam>(acc, scratch);
+  }
+}
+// The same with a block team's scratch in static shared memory.
+template <int kTeam, typename S>
+__device__ inline Moments group_moments_from_tiles(const S* tiles, int64_t group, int64_t per_group, int member) {
+  if constexpr (kTeam == 32) {
+    return group_moments_from_tiles<kTeam>(tiles, group, per_group, member, nullptr);
+  } else {
+    __shared__ Moments scratch[kTeam];
+    return group_moments_from_tiles<kTeam>(tiles, group, per_group, member, scratch);
   }
 }
 

@@ -16,11 +16,10 @@ __device__ inline Moments combine(Moments a, Moments b) {
   return {n, a.mean + delta * (b.n / n), a.m2 + b.m2 + delta * delta * (a.n * b.n / n)};
 }
 
-// Tree-combines one Moments per thread of a block of kThreads (a power of two); the result is
-// valid in thread 0.
+// Tree-combines one Moments per thread of a block of kThreads (a power of two) through `red`
+// (kThreads entries of shared memory); the result is valid in thread 0.
 template <int kThreads>
-__device__ inline Moments block_combine(Moments m) {
-  __shared__ Moments red[kThreads];
+__device__ inline Moments block_combine(Moments m, Moments* red) {
   red[threadIdx.x] = m;
   __syncthreads();
   for (int width = kThreads / 2; width > 0; width /= 2) {
@@ -28,6 +27,12 @@ __device__ inline Moments block_combine(Moments m) {
     __syncthreads();
   }
   return red[0];
+}
+// The same through static shared memory (kernels whose dynamic shared memory is in use).
+template <int kThreads>
+__device__ inline Moments block_combine(Moments m) {
+  __shared__ Moments red[kThreads];
+  return block_combine<kThreads>(m, red);
 }
 
 // Warp-level fixed-order combination of per-lane Moments (xor butterfly: every lane ends with
