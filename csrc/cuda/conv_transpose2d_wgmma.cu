@@ -222,29 +222,7 @@ template <typename T, int R, int kRows>
 __device__ inline void wgmma_strip(float (&acc)[4 * R], uint64_t a, uint64_t b) {
   static_assert(R == 16 || R == 17, "strip heights with generated wrappers");
   static_assert(kRows == R || kRows == 2 || kRows == 4 || kRows == 8 || kRows == 16, "row counts with generated wrappers");
-  constexpr bool kF32 = std::is_same<T, float>::value, kBf16 = std::is_same<T, __nv_bfloat16>::value;
-  float(&d)[4 * kRows] = *reinterpret_cast<float(*)[4 * kRows]>(&acc[0]);
-  if constexpr (kRows == 2) {
-    if constexpr (kF32) wgmma_m64n16_tf32(d, a, b);
-    else if constexpr (kBf16) wgmma_m64n16_bf16(d, a, b);
-    else wgmma_m64n16_f16(d, a, b);
-  } else if constexpr (kRows == 4) {
-    if constexpr (kF32) wgmma_m64n32_tf32(d, a, b);
-    else if constexpr (kBf16) wgmma_m64n32_bf16(d, a, b);
-    else wgmma_m64n32_f16(d, a, b);
-  } else if constexpr (kRows == 8) {
-    if constexpr (kF32) wgmma_m64n64_tf32(d, a, b);
-    else if constexpr (kBf16) wgmma_m64n64_bf16(d, a, b);
-    else wgmma_m64n64_f16(d, a, b);
-  } else if constexpr (kRows == 16) {
-    if constexpr (kF32) wgmma_m64n128_tf32(d, a, b);
-    else if constexpr (kBf16) wgmma_m64n128_bf16(d, a, b);
-    else wgmma_m64n128_f16(d, a, b);
-  } else {
-    if constexpr (kF32) wgmma_m64n136_tf32(d, a, b);
-    else if constexpr (kBf16) wgmma_m64n136_bf16(d, a, b);
-    else wgmma_m64n136_f16(d, a, b);
-  }
+  wgmma_m64<8 * kRows, T>(*reinterpret_cast<float(*)[4 * kRows]>(&acc[0]), a, b);
 }
 
 // The rows a tile's MMAs cover for rows_used rows of output in its strips: 2, 4, 8 (16 for
