@@ -221,21 +221,21 @@ __device__ inline void issue_channels_last_chunk(const CUtensorMap& map, const W
 template <typename T, int R, int kRows>
 __device__ inline void wgmma_strip(float (&acc)[4 * R], uint64_t a, uint64_t b) {
   static_assert(R == 16 || R == 17, "strip heights with generated wrappers");
-  static_assert(kRows == R || kRows == 2 || kRows == 4 || kRows == 8 || kRows == 16, "row counts with generated wrappers");
+  static_assert(kRows == R || kRows == 2 || kRows == 4 || kRows == 8, "row counts with generated wrappers");
   wgmma_m64<8 * kRows, T>(*reinterpret_cast<float(*)[4 * kRows]>(&acc[0]), a, b);
 }
 
-// The rows a tile's MMAs cover for rows_used rows of output in its strips: 2, 4, 8 (16 for
-// 17-row strips) or all R (the MMA shapes with wrappers).
+// The rows a tile's MMAs cover for rows_used rows of output in its strips: 2, 4, 8 or all R (the
+// MMA shapes with wrappers).
 template <int R>
 __host__ __device__ constexpr int mma_rows(int rows_used) {
-  return rows_used <= 2 ? 2 : rows_used <= 4 ? 4 : rows_used <= 8 ? 8 : R == 17 && rows_used <= 16 ? 16 : R;
+  return rows_used <= 2 ? 2 : rows_used <= 4 ? 4 : rows_used <= 8 ? 8 : R;
 }
 
 // One chunk's MMAs (then committed as one group): every tap of phase ph on the tile's strips
 // (only those left of the grid's edge, q < q_used; the full tile's loop is kept free of that test:
 // H100, with a per-MMA test L2_19's conv took 3.96 ms, without 3.79), over the strips' first
-// rows_used rows rounded up to 2, 4, 8 (16) or all R: a tile the phase grid ends within (its last
+// rows_used rows rounded up to 2, 4, 8 or all R: a tile the phase grid ends within (its last
 // tile row: 2 of 16 rows at L2_19's 258 output rows, and as many at L1_57 / L1_65) issues a
 // fraction of the MMA work (mma_rows). Tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h
 // rows and (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in. Descriptor addresses
@@ -271,8 +271,6 @@ __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[Q][4 * R], int cnt
     strips(std::integral_constant<int, 4>{});
   } else if (rows == 8) {
     strips(std::integral_constant<int, 8>{});
-  } else if (rows == 16 && R == 17) {
-    strips(std::integral_constant<int, 16>{});
   } else {
     strips(std::integral_constant<int, R>{});
   }
