@@ -156,7 +156,6 @@ def random_narrow_conv_config(rng: random.Random):
             return cfg
 
 
-
 def random_few_channels_conv_config(rng: random.Random):
     """A random configuration with 1-4 output channels per group and more than 32 multiply-adds
     per output value (RGB, mask and flow heads): in float32 / float64 mostly the shapes the CUDA
@@ -175,6 +174,7 @@ def random_few_channels_conv_config(rng: random.Random):
         if macs > 32 and with_output_padding(rng, cfg):
             return cfg
 
+
 # The CUDA conv kernel a test runs through (the switches are read per call; plans are cached per
 # setting): "default" is the choice as shipped, "mma" the mma.sync kernel alone, "wgmma" the Hopper
 # kernel on every call it can run (elsewhere, and off sm_90, the choice as shipped; its input
@@ -183,7 +183,8 @@ def random_few_channels_conv_config(rng: random.Random):
 # (TMA then loads each chunk's halo straight into the MMA's operand layout), "generic" the generic
 # implicit-GEMM kernel alone, "no_few_channels" the choice as shipped without the few-channels
 # kernel (plain calls with <= 4 output channels per group then take the others).
-CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1", "MYOPS_DISABLE_DIRECT": "1"},
+CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1", "MYOPS_DISABLE_DIRECT": "1",
+                                                "MYOPS_DISABLE_FEW_CHANNELS": "1"},
                         "wgmma": {"MYOPS_FORCE_WGMMA": "1"},
                         "wgmma_no_tma": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_DISABLE_TMA": "1"},
                         "wgmma_nhwc": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_FORCE_NHWC_STAGING": "1"},

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 import myops
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
-                       random_few_channels_conv_config, random_narrow_conv_config, random_stride2_conv_config, random_tma_conv_config,
-                       random_unit_input_conv_config, random_wide_conv_config,
+                       random_few_channels_conv_config, random_narrow_conv_config, random_stride2_conv_config,
+                       random_tma_conv_config, random_unit_input_conv_config, random_wide_conv_config,
                        ref_conv_transpose2d, set_conv_kernel, tolerance)
 
 def check_random_configs(rng, count, make_config, dtype, device):
@@ -238,7 +238,7 @@ FEW_CHANNELS_RUNS = [(torch.float32, True), (torch.float32, False), (torch.float
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype,tf32", FEW_CHANNELS_RUNS, ids=["tf32", "strict", "float64", "bfloat16", "float16"])
 def test_few_channels_random_configs(device, dtype, tf32, monkeypatch):
-    # 1-4 output channels per group (image heads): on CUDA float32 / float64 calls of up to 256
+    # 1-4 output channels per group (image heads): on CUDA float32 / float64 calls of up to 512
     # multiply-adds per output take the few-channels kernel, whose FFMA is exact whatever the TF32
     # setting; the others (and 16-bit types) the tensor-core kernels
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)

@@ -291,17 +291,18 @@ ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
                    bool allow_few_channels, bool allow_mma, bool allow_wgmma, bool force_wgmma, bool allow_tma,
                    ChannelsLastInput channels_last, int device_sm) {
   ConvPlan plan;
+  const int64_t generic_weight_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
   if (allow_direct && !force_wgmma) plan.direct = conv_direct_tiling(p, dtype);
   if (plan.direct.cb > 0) {
     plan.engine = ConvEngine::Direct;
     plan.tiles_per_sample = conv_direct_tiles_per_sample(p);
-    plan.prepared_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
+    plan.prepared_numel = generic_weight_numel;
     return plan;
   }
   if (allow_few_channels && !force_wgmma) plan.few_channels = conv_few_channels_tiling(p, dtype);
   if (plan.few_channels.cols > 0) {
     plan.engine = ConvEngine::FewChannels;
-    plan.prepared_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
+    plan.prepared_numel = generic_weight_numel;
     return plan;
   }
   if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, force_wgmma, allow_tma, channels_last);
@@ -319,7 +320,7 @@ ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     return plan;
   }
   plan.tiles_per_sample = generic_tiles_per_sample(p);
-  plan.prepared_numel = p.C_in * p.C_out_g * p.kH * p.kW;
+  plan.prepared_numel = generic_weight_numel;
   return plan;
 }
 

@@ -45,7 +45,7 @@ struct ConvEpilogue {
 // (C_in / groups x kH x kW / (sH x sW) <= 32: storing the output is their cost) take the direct
 // kernel (conv_transpose2d_direct.cuh), in every dtype and either float32 mode (its FFMA is
 // exact); plain float32 / float64 calls (no statistics: plain_output) with at most 4 output
-// channels per group and 256 multiply-adds per output the few-channels kernel
+// channels per group and 512 multiply-adds per output the few-channels kernel
 // (conv_transpose2d_few_channels.cuh, FFMA too); otherwise, on sm_90, calls with more than 32 output channels
 // per group whose 16 (or 17) x 16 tiles the phase grids mostly fill (and, in float32, with 8 or
 // more taps per phase; with 17-row tiles, 4 or more input-channel chunks) take the
