@@ -1,12 +1,20 @@
 // Every myops schema, in one place. Kernels are registered per dispatch key in csrc/cpu and
-// csrc/cuda; fake (meta) impls and autograd are registered from Python (myops/ops.py).
+// csrc/cuda, their Autograd kernel in autograd_entry.cpp; fake (meta) impls and autograd formulas
+// are registered from Python (myops/_fake.py, myops/_autograd.py).
 #include <Python.h>
 #include <torch/library.h>
 
+#include "autograd_entry.h"
+
 extern "C" {
-// Importing myops._C only has to run the static registrations below: an empty module suffices.
+// Importing myops._C runs the static registrations below; the module's one function hands the
+// Python autograd formulas to the C++ Autograd kernels (autograd_entry.cpp).
 PyObject* PyInit__C(void) {
-  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  static PyMethodDef methods[] = {
+      {"_set_autograd_formula", myops_set_autograd_formula, METH_VARARGS,
+       "_set_autograd_formula(name, fn): the Python autograd kernel for calls of op `name` that need a gradient"},
+      {nullptr, nullptr, 0, nullptr}};
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
   return PyModule_Create(&module_def);
 }
 }

@@ -1,4 +1,5 @@
-"""Autograd formulas for the myops ops (torch.library.register_autograd).
+"""Autograd formulas for the myops ops (torch.library.register_autograd; on CPU and CUDA called from
+the ops' C++ Autograd kernel, csrc/autograd_entry.cpp, for the calls that need a gradient).
 
 Backward is written with aten ops (convolution_backward, gelu_backward, native_group_norm_backward),
 so it is correct for every argument combination and traceable by torch.compile / AOTAutograd.
@@ -9,8 +10,23 @@ memory saving survives training.
 import math
 
 import torch
+from torch._library import autograd as _library_autograd
+
+from . import _C
 
 aten = torch.ops.aten
+
+
+def _register(qualname, backward, setup_context):
+    """torch.library.register_autograd's formula for op qualname, on every device; on CPU and CUDA
+    the op's C++ Autograd kernel (csrc/autograd_entry.cpp) takes each call first and hands only
+    the calls that need a gradient to the same Python kernel that register_autograd builds
+    (torch._library.autograd.make_autograd_impl: not public API, so a torch that changes it fails
+    at import, not silently)."""
+    torch.library.register_autograd(qualname, backward, setup_context=setup_context)
+    op = torch._library.utils.lookup_op(qualname)
+    _C._set_autograd_formula(
+        qualname, _library_autograd.make_autograd_impl(op, _library_autograd.Info(backward, setup_context)))
 
 
 def _hxw(t):
@@ -54,7 +70,7 @@ def _conv_backward(ctx, grad):
     return gi, gw, gb, None, None, None, None, None
 
 
-torch.library.register_autograd("myops::conv_transpose2d", _conv_backward, setup_context=_conv_setup)
+_register("myops::conv_transpose2d", _conv_backward, setup_context=_conv_setup)
 
 
 # --- gelu -------------------------------------------------------------------------------------
@@ -69,7 +85,7 @@ def _gelu_backward(ctx, grad):
     return aten.gelu_backward(grad, self, approximate=ctx.approximate)
 
 
-torch.library.register_autograd("myops::gelu", _gelu_backward, setup_context=_gelu_setup)
+_register("myops::gelu", _gelu_backward, setup_context=_gelu_setup)
 
 
 # --- group_norm -------------------------------------------------------------------------------
@@ -87,7 +103,7 @@ def _group_norm_backward(ctx, grad):
     return gi, None, gw, gb, None
 
 
-torch.library.register_autograd("myops::group_norm", _group_norm_backward, setup_context=_group_norm_setup)
+_register("myops::group_norm", _group_norm_backward, setup_context=_group_norm_setup)
 
 
 # --- conv_transpose2d_gelu_group_norm ---------------------------------------------------------
@@ -115,7 +131,7 @@ def _fused_backward(ctx, grad):
     return gi, gw, gb, None, None, None, None, None, None, None, g_gn_weight, g_gn_bias, None
 
 
-torch.library.register_autograd(
+_register(
     "myops::conv_transpose2d_gelu_group_norm", _fused_backward, setup_context=_fused_setup)
 
 
@@ -152,7 +168,7 @@ def _fused_stats_backward(ctx, g_act, g_mean, g_rstd):
     return gi, gw, gb, None, None, None, None, None, None, None, None
 
 
-torch.library.register_autograd(
+_register(
     "myops::conv_transpose2d_gelu_group_stats", _fused_stats_backward, setup_context=_fused_stats_setup)
 
 
@@ -185,7 +201,7 @@ def _channel_stats_grads(input, weight, out, mean, g_out, g_mean, g_var, bias_le
     return _conv_grads(g.to(out.dtype), input, weight, bias_len, conv_args, mask)
 
 
-torch.library.register_autograd(
+_register(
     "myops::conv_transpose2d_channel_stats", _channel_stats_backward, setup_context=_channel_stats_setup)
 
 
@@ -256,7 +272,7 @@ def _bn_chain_grads(grad, input, mean, var, bn_weight, bn_bias, gn_weight, has_g
     return g_in, g_mean, g_var, g_bn_w, g_bn_b, g_gn_w, g_gn_b
 
 
-torch.library.register_autograd(
+_register(
     "myops::batch_norm_tanh_max_pool2d_group_norm", _bn_chain_backward, setup_context=_bn_chain_setup)
 
 
@@ -307,6 +323,6 @@ def _conv_bn_chain_backward(ctx, g_y, g_batch_mean, g_batch_var):
             None, None, g_gn_w, g_gn_b, None)
 
 
-torch.library.register_autograd(
+_register(
     "myops::conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", _conv_bn_chain_backward,
     setup_context=_conv_bn_chain_setup)

@@ -18,26 +18,9 @@ def _pair(v: IntOrPair) -> list:
     return [v, v] if isinstance(v, (int, torch.SymInt)) else list(v)
 
 
-def _below_autograd(op, *args, **kwargs):
-    """op(*args, **kwargs) for a call that needs no gradient, dispatched below the Autograd key:
-    there the op's (Python) autograd kernel would only redispatch, which cost 40-50 us of host time
-    per L2_11 call on the H100 machine (before the first kernel starts). Not while torch.compile
-    traces (dynamo does not trace the guard; the compiled graph makes its own calls)."""
-    if torch.compiler.is_compiling():
-        return op(*args, **kwargs)
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args, **kwargs)
-
-
 def _needs_grad(*args) -> bool:
     """Whether autograd must record a call with these arguments."""
     return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in args)
-
-
-def _call(op, *args, **kwargs):
-    """op(*args, **kwargs), below the Autograd key where no argument needs a gradient
-    (_below_autograd)."""
-    return op(*args, **kwargs) if _needs_grad(*args) else _below_autograd(op, *args, **kwargs)
 
 
 def _batched(input: Tensor, fn):
@@ -77,14 +60,14 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = Non
         stride, padding, output_padding, dilation: an int or an (h, w) pair.
         groups: number of blocked connections from input to output channels.
     """
-    return _batched(input, lambda x: _call(
-        torch.ops.myops.conv_transpose2d, x, weight, bias, _pair(stride), _pair(padding), _pair(output_padding),
+    return _batched(input, lambda x: torch.ops.myops.conv_transpose2d(
+        x, weight, bias, _pair(stride), _pair(padding), _pair(output_padding),
         groups, _pair(dilation)))
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """GELU, same semantics as ``torch.nn.functional.gelu`` (``approximate`` is "none" or "tanh")."""
-    return _call(torch.ops.myops.gelu, input, approximate=approximate)
+    return torch.ops.myops.gelu(input, approximate=approximate)
 
 
 def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
@@ -96,7 +79,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
     args = (input, num_groups, weight, bias, eps)
     if _float32_params(input, weight, bias):
         return _autocast.in_float32(torch.ops.myops.group_norm, _autocast.group_norm_dtype(input), *args)
-    return _call(torch.ops.myops.group_norm, *args)
+    return torch.ops.myops.group_norm(*args)
 
 
 def conv_transpose2d_gelu_group_norm(
@@ -120,8 +103,8 @@ def conv_transpose2d_gelu_group_norm(
     if _float32_params(input, gn_weight, gn_bias):  # GroupNorm in float32 on the statistics
         return _batched(input, lambda x: group_norm_with_stats(*torch.ops.myops.conv_transpose2d_gelu_group_stats(
             x, weight, bias, *conv_args, approximate, num_groups, eps), gn_weight, gn_bias))
-    return _batched(input, lambda x: _call(torch.ops.myops.conv_transpose2d_gelu_group_norm,
-                                           x, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps))
+    return _batched(input, lambda x: torch.ops.myops.conv_transpose2d_gelu_group_norm(
+        x, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps))
 
 
 def conv_transpose2d_gelu_group_stats(
@@ -138,8 +121,9 @@ def conv_transpose2d_gelu_group_stats(
     """
     if num_groups is None:
         raise TypeError("myops.conv_transpose2d_gelu_group_stats: argument 'num_groups' is required")
-    return _call(torch.ops.myops.conv_transpose2d_gelu_group_stats, input, weight, bias, _pair(stride), _pair(padding),
-                 _pair(output_padding), groups, _pair(dilation), approximate, num_groups, eps)
+    return torch.ops.myops.conv_transpose2d_gelu_group_stats(input, weight, bias, _pair(stride), _pair(padding),
+                                                             _pair(output_padding), groups, _pair(dilation),
+                                                             approximate, num_groups, eps)
 
 
 def group_norm_with_stats(input: Tensor, mean: Tensor, rstd: Tensor, weight: Optional[Tensor] = None,
@@ -206,8 +190,8 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
     if not mixed and not _needs_grad(*tensors):
         # No gradient: the one-call op, free to pick a cheaper intermediate than the conv output.
         # (With one, the two ops below keep the conv output for backward instead of recomputing it.)
-        y, mean, var = _below_autograd(
-            torch.ops.myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm, input, weight, bias, *conv_args,
+        y, mean, var = torch.ops.myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+            input, weight, bias, *conv_args,
             None if training else running_mean, None if training else running_var, bn_weight, bn_bias, training,
             bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
     else:

@@ -129,3 +129,38 @@ def test_python_api_records_autograd_only_where_needed(device):
             assert not call(x, w_grad).requires_grad, name
         (g,) = torch.autograd.grad(tracked.sum(), w_grad)
         assert torch.isfinite(g).all() and g.abs().sum() > 0, name
+
+
+def test_every_op_has_the_cpp_autograd_kernel():
+    # csrc/autograd_entry.cpp lists the ops it registers for; an op missing from that list would
+    # still be correct (register_autograd's Python kernel), but pay the host time it removes.
+    names = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("myops::")]
+    assert len(names) >= 8
+    for name in names:
+        for key in ("AutogradCPU", "AutogradCUDA"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(name, key), (name, key)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_direct_op_calls_record_autograd_only_where_needed(device):
+    # The C++ Autograd kernel: no grad needed -> below autograd; else the Python formula, keyword-only
+    # arguments (gelu's approximate) and several returns (group_stats) included.
+    x = torch.randn(2, 4, 5, 5, device=device, dtype=torch.float64)
+    w = torch.randn(4, 4, 3, 3, device=device, dtype=torch.float64)
+    gelu = torch.ops.myops.gelu
+    stats = torch.ops.myops.conv_transpose2d_gelu_group_stats
+    conv_args = ([1, 1], [0, 0], [0, 0], 1, [1, 1])
+    assert gelu(x, approximate="tanh").grad_fn is None
+    assert all(t.grad_fn is None for t in stats(x, w, None, *conv_args, "none", 2, 1e-5))
+    xg = x.clone().requires_grad_()
+    y = gelu(xg, approximate="tanh")
+    (g,) = torch.autograd.grad(y.sum(), xg)
+    xr = x.clone().requires_grad_()
+    (gr,) = torch.autograd.grad(torch.nn.functional.gelu(xr, approximate="tanh").sum(), xr)
+    torch.testing.assert_close(g, gr)
+    outs = stats(x, w.clone().requires_grad_(), None, *conv_args, "none", 2, 1e-5)
+    assert len(outs) == 3 and all(t.grad_fn is not None for t in outs)
+    with torch.no_grad():
+        assert gelu(xg).grad_fn is None
+    with pytest.raises(RuntimeError, match="myops::gelu: argument 'approximate'"):
+        gelu(xg, approximate="bad")
