@@ -235,9 +235,10 @@ void group_norm_apply(const char* op, const at::Tensor& x, at::Tensor& y, int64_
                op);
 }
 
-// GroupNorm's mean / rstd (float64, [N * num_groups]) of contiguous x [N, C, *].
+// GroupNorm's mean / rstd (float64, [N * num_groups]) of contiguous x [N, C, *]; mean32 / rstd32
+// the same in float32 where a caller asked for them (else undefined).
 struct GroupStats {
-  at::Tensor mean, rstd;
+  at::Tensor mean, rstd, mean32, rstd32;
   GroupStats(const at::Tensor& like, int64_t count)  // uninitialised, on like's device
       : mean(at::empty({count}, like.options().dtype(at::kDouble))), rstd(at::empty_like(mean)) {}
   GroupStats() = default;
@@ -264,14 +265,21 @@ at::Tensor plane_moments(const char* op, const at::Tensor& x, cuda::PreGelu pre 
 }
 
 // GroupNorm's mean / rstd from partials [N, C, tiles, 3] (the conv epilogue's per tile, or one
-// per plane), reduced per (n, group) in a fixed order.
-GroupStats group_stats_from_partials(const char* op, const at::Tensor& partials, int64_t num_groups, double eps) {
+// per plane), reduced per (n, group) in a fixed order; float32_copy: also as float32.
+GroupStats group_stats_from_partials(const char* op, const at::Tensor& partials, int64_t num_groups, double eps,
+                                     bool float32_copy = false) {
   const int64_t N = partials.size(0);
   GroupStats s(partials, N * num_groups);
+  if (float32_copy) {
+    s.mean32 = at::empty({N * num_groups}, partials.options().dtype(at::kFloat));
+    s.rstd32 = at::empty_like(s.mean32);
+  }
   check_launch(cuda::group_norm_stats_from_tiles(partials.const_data_ptr(), kernel_dtype(partials.scalar_type()), N,
                                                  partials.size(1), partials.size(2), num_groups, eps,
                                                  s.mean.data_ptr<double>(), s.rstd.data_ptr<double>(),
-                                                 at::cuda::getCurrentCUDAStream()),
+                                                 at::cuda::getCurrentCUDAStream(),
+                                                 float32_copy ? s.mean32.data_ptr<float>() : nullptr,
+                                                 float32_copy ? s.rstd32.data_ptr<float>() : nullptr),
                op);
   return s;
 }
@@ -314,28 +322,30 @@ struct GeluGroupStats {
   at::Tensor pending_bias;
   cuda::PreGelu pending;
 };
-// Our conv, run as k says, with the GELU + tile-partials epilogue; the partials reduced per group.
+// Our conv, run as k says, with the GELU + tile-partials epilogue; the partials reduced per group
+// (float32_stats: the statistics in float32 too, GroupStats::mean32 / rstd32).
 GeluGroupStats conv_gelu_group_stats_ours(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                           const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
-                                          const KernelCall& k, GeluApprox approx, int64_t num_groups, double eps) {
+                                          const KernelCall& k, GeluApprox approx, int64_t num_groups, double eps,
+                                          bool float32_stats = false) {
   const GeluTileStats fused(input, p, k, approx);
   GeluGroupStats r;
   r.out = conv_forward(op, input, weight, bias, p, k, fused.ep);
-  r.stats = group_stats_from_partials(op, fused.tile_stats, num_groups, eps);
+  r.stats = group_stats_from_partials(op, fused.tile_stats, num_groups, eps, float32_stats);
   return r;
 }
 
 GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at::Tensor& input,
                                      const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                      const ConvTranspose2dParams& p, GeluApprox approx, int64_t num_groups,
-                                     double eps, bool gelu_may_wait) {
+                                     double eps, bool gelu_may_wait, bool float32_stats = false) {
   if (source == ConvSource::Cudnn) {
     GeluGroupStats r;
     if (gelu_may_wait) {
       r.out = cudnn_conv(input, weight, std::nullopt, p);
       r.pending_bias = contiguous_or_undefined(bias);
       r.pending = {true, approx, ptr_or_null(r.pending_bias)};
-      r.stats = group_stats_from_partials(op, plane_moments(op, r.out, r.pending), num_groups, eps);
+      r.stats = group_stats_from_partials(op, plane_moments(op, r.out, r.pending), num_groups, eps, float32_stats);
       return r;
     }
     r.out = cudnn_conv(input, weight, bias, p);
@@ -345,7 +355,8 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
     r.stats = group_stats(op, r.out, num_groups, eps);
     return r;
   }
-  return conv_gelu_group_stats_ours(op, input, weight, bias, p, kernel_call(p, input), approx, num_groups, eps);
+  return conv_gelu_group_stats_ours(op, input, weight, bias, p, kernel_call(p, input), approx, num_groups, eps,
+                                    float32_stats);
 }
 
 // An event of this thread for device `device`, slot `which`, created once. Recording it again
@@ -514,10 +525,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
   const GeluApprox approx = checked.approx;
   const c10::cuda::CUDAGuard guard(input.device());
   auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
-    GeluGroupStats r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, false);
     const auto stats_dtype = compute_dtype(input.scalar_type());
-    return {r.out.contiguous(output_memory_format(input)), r.stats.mean.view({p.N, num_groups}).to(stats_dtype),
-            r.stats.rstd.view({p.N, num_groups}).to(stats_dtype)};
+    const bool float32_stats = stats_dtype == at::kFloat;  // written by the reduction: no conversion launches
+    GeluGroupStats r =
+        conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, false, float32_stats);
+    const at::Tensor mean = r.stats.mean32.defined() ? r.stats.mean32 : r.stats.mean.to(stats_dtype);
+    const at::Tensor rstd = r.stats.rstd32.defined() ? r.stats.rstd32 : r.stats.rstd.to(stats_dtype);
+    return {r.out.contiguous(output_memory_format(input)), mean.view({p.N, num_groups}),
+            rstd.view({p.N, num_groups})};
   };
   return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), false, run));
 }

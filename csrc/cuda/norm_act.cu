@@ -133,14 +133,20 @@ __global__ void plane_moments_kernel(const T* __restrict__ x, int64_t HW, int64_
 template <typename S, bool kWarpPerGroup>
 __global__ void group_stats_from_tiles_kernel(const S* __restrict__ tiles, int64_t groups, int64_t per_group,
                                               double eps, double* __restrict__ mean,
-                                              double* __restrict__ rstd) {
+                                              double* __restrict__ rstd, float* __restrict__ mean32,
+                                              float* __restrict__ rstd32) {
   constexpr int kTeam = kWarpPerGroup ? 32 : kThreads;
   const int64_t group = blockIdx.x * int64_t(kThreads / kTeam) + threadIdx.x / kTeam;
   if (kWarpPerGroup && group >= groups) return;  // whole warps: the shuffles see all 32 lanes
   const Moments all = group_moments_from_tiles<kTeam>(tiles, group, per_group, threadIdx.x % kTeam);
   if (threadIdx.x % kTeam == 0) {
+    const double r = group_rstd(all, eps);
     mean[group] = all.mean;
-    rstd[group] = group_rstd(all, eps);
+    rstd[group] = r;
+    if (mean32) {
+      mean32[group] = static_cast<float>(all.mean);
+      rstd32[group] = static_cast<float>(r);
+    }
   }
 }
 
@@ -271,7 +277,8 @@ cudaError_t plane_moments(const void* x, DType dtype, int64_t N, int64_t C, int6
 
 cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int64_t N, int64_t C,
                                         int64_t tiles, int64_t num_groups, double eps,
-                                        double* mean, double* rstd, cudaStream_t stream) {
+                                        double* mean, double* rstd, cudaStream_t stream, float* mean32,
+                                        float* rstd32) {
   const int64_t groups = N * num_groups;
   if (groups == 0) return cudaSuccess;
   const int64_t per_group = (C / num_groups) * tiles;
@@ -283,10 +290,11 @@ cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int
       constexpr int64_t kGroupsPerBlock = kThreads / 32;
       group_stats_from_tiles_kernel<S, true>
           <<<static_cast<unsigned>((groups + kGroupsPerBlock - 1) / kGroupsPerBlock), kThreads, 0, stream>>>(
-              stats, groups, per_group, eps, mean, rstd);
+              stats, groups, per_group, eps, mean, rstd, mean32, rstd32);
     } else {
       group_stats_from_tiles_kernel<S, false>
-          <<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(stats, groups, per_group, eps, mean, rstd);
+          <<<static_cast<unsigned>(groups), kThreads, 0, stream>>>(stats, groups, per_group, eps, mean, rstd,
+                                                                   mean32, rstd32);
     }
     return cudaGetLastError();
   };

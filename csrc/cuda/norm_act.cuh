@@ -34,9 +34,12 @@ cudaError_t plane_moments(const void* x, DType dtype, int64_t N, int64_t C, int6
 
 // tile_stats: [N][C][tiles][3] (count, mean, M2) from the conv epilogue, double for float64
 // tensors (dtype), else float; combined per (n, group) with Chan's formula in float64.
+// mean32 / rstd32 (nullable): the same statistics rounded to float, for callers that return them
+// in float32 (one launch fewer than converting the float64 ones afterwards).
 cudaError_t group_norm_stats_from_tiles(const void* tile_stats, DType dtype, int64_t N, int64_t C,
                                         int64_t tiles, int64_t num_groups, double eps,
-                                        double* mean, double* rstd, cudaStream_t stream);
+                                        double* mean, double* rstd, cudaStream_t stream,
+                                        float* mean32 = nullptr, float* rstd32 = nullptr);
 
 // y = (x - mean) * rstd * gamma + beta over contiguous [N, C, HW] (y may be x; gamma / beta
 // nullable, in the tensor's dtype); x read through pre.
