@@ -39,10 +39,11 @@ bool needs_grad(const c10::FunctionSchema& schema, const torch::jit::Stack& stac
 
 void call_python_formula(const c10::OperatorHandle& op, c10::DispatchKeySet keyset, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
-  py::gil_scoped_acquire gil;
+  // looked up before taking the GIL: without the Python package (a C++-only process) there is none
   const auto it = formulas().find(schema.name());
   TORCH_CHECK(it != formulas().end(), schema.name(),
               ": no autograd formula registered (importing the myops package registers them)");
+  py::gil_scoped_acquire gil;
   const size_t count = schema.arguments().size();
   std::vector<c10::IValue> values = torch::jit::pop(*stack, count);
   py::list args;

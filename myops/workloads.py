@@ -27,8 +27,7 @@ class ConvTransposeGeluGroupNorm(nn.Module):
 
 
 # The myops rows go through the Python API as a user calls it: the drop-in modules of myops.nn
-# over the block's own layers, or the functions (for calls that need no gradient they dispatch
-# below the ops' Python autograd kernel, 40-50 us of host time on the H100 machine).
+# over the block's own layers, or the functions.
 def conv_call(conv: nn.ConvTranspose2d, x):
     return myops.conv_transpose2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.output_padding,
                                   conv.groups, conv.dilation)
