@@ -893,10 +893,12 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   const int rows = tall ? 17 : 16;
   if (!f.ok) return {};
   if (!force && f.used < 0.6 * f.covered) return {};
-  // float32 chunks with few taps: per-chunk costs (halo, weights, barriers) dominate and the
-  // mma.sync kernel was measured faster (H100: 4-tap stride-2 layers); 16-bit chunks carry twice
-  // the channels
-  if (!force && dtype == DType::F32 && f.most_taps < 8) return {};
+  // float32 chunks with fewer than 4 taps: per-chunk costs (halo, weights, barriers) dominate and
+  // the mma.sync kernel is faster (H100, session 38, k2 s2: 113 against 126 us); from 4 taps on
+  // (k4 s2, k3 s2) this kernel won on 10 of 11 decoder layers, plain and fused (e.g. 256 -> 128
+  // channels at 16^2: 96 -> 75 us; the DCGAN demo's 128 -> 64 at 16^2 fused: 237 -> 216 us).
+  // 16-bit chunks carry twice the channels.
+  if (!force && dtype == DType::F32 && f.most_taps < 4) return {};
   // 17-row strips run on the ping-pong kernel, whose single producer must keep two consumers fed:
   // enough chunks per tile (measured with 4, on L2_11's 64 input channels in bfloat16; with
   // 16-row strips and 9 taps the ping-pong form lost to two blocks per SM: H100, L2_19 6.6 ms
