@@ -47,7 +47,7 @@ struct ConvEpilogue {
 // exact); plain float32 / float64 calls (no statistics: plain_output) with at most 4 output
 // channels per group and 512 multiply-adds per output the few-channels kernel
 // (conv_transpose2d_few_channels.cuh, FFMA too); otherwise, on sm_90, calls with more than 32 output channels
-// per group whose 16 (or 17) x 16 tiles the phase grids mostly fill (and, in float32, with 8 or
+// per group whose 16 (or 17) x 16 tiles the phase grids mostly fill (and, in float32, with 4 or
 // more taps per phase; with 17-row tiles, 4 or more input-channel chunks) take the
 // warp-specialised wgmma kernel (conv_transpose2d_wgmma.cuh); other
 // tensor-core calls whose input halo and weights fit in shared memory take the mma.sync kernel
