@@ -182,12 +182,19 @@ def random_few_channels_conv_config(rng: random.Random):
 # registers, "wgmma_nhwc" the same with the input staged channels-last wherever the kernel can
 # (TMA then loads each chunk's halo straight into the MMA's operand layout), "generic" the generic
 # implicit-GEMM kernel alone, "no_few_channels" the choice as shipped without the few-channels
-# kernel (plain calls with <= 4 output channels per group then take the others).
+# kernel (plain calls with <= 4 output channels per group then take the others). "wgmma_wide*":
+# as "wgmma*", with 16-bit calls on 8 x 32-pixel tiles wherever they fit (shipped for plain convs
+# with few taps), "wgmma_standard" with 16 x 16 tiles only.
 CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1", "MYOPS_DISABLE_DIRECT": "1",
                                                 "MYOPS_DISABLE_FEW_CHANNELS": "1"},
                         "wgmma": {"MYOPS_FORCE_WGMMA": "1"},
                         "wgmma_no_tma": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_DISABLE_TMA": "1"},
                         "wgmma_nhwc": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_FORCE_NHWC_STAGING": "1"},
+                        "wgmma_wide": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_WGMMA_WIDE": "1"},
+                        "wgmma_wide_no_tma": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_WGMMA_WIDE": "1", "MYOPS_DISABLE_TMA": "1"},
+                        "wgmma_wide_nhwc": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_WGMMA_WIDE": "1",
+                                            "MYOPS_FORCE_NHWC_STAGING": "1"},
+                        "wgmma_standard": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_WGMMA_WIDE": "0"},
                         "generic": {"MYOPS_DISABLE_MMA": "1", "MYOPS_DISABLE_DIRECT": "1",
                                     "MYOPS_DISABLE_FEW_CHANNELS": "1"},
                         "no_few_channels": {"MYOPS_DISABLE_FEW_CHANNELS": "1"}}

@@ -123,6 +123,34 @@ def test_stride2_layers_random_configs(device, dtype, kernel, monkeypatch):
     check_random_configs(random.Random(5151), 40, random_stride2_conv_config, dtype, device)
 
 
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kernel", ["wgmma_wide", "wgmma_wide_no_tma", "wgmma_wide_nhwc", "wgmma_standard"])
+def test_wide_tiles_random_configs(device, dtype, kernel, monkeypatch):
+    # the Hopper kernel's 8 x 32-pixel tiles (four strips of m64n64 MMAs, 16-bit only) through each
+    # way its input arrives (TMA boxes where the rows are 16-byte aligned, registers, channels-last
+    # boxes), and its 16 x 16 tiles alone (the choice as shipped takes the wide ones for plain
+    # 16-bit convs with few taps)
+    set_conv_kernel(monkeypatch, kernel)
+    check_random_configs(random.Random(4545), 20, random_wide_conv_config, dtype, device)
+    check_random_configs(random.Random(4646), 20, random_tma_conv_config, dtype, device)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+def test_wide_tiles_match_standard_tiles(device, monkeypatch):
+    # every output value is the same chain of MMAs (chunks, then taps, in order) on either tile
+    # shape: bit-identical plain outputs, partial tiles at the maps' right and bottom edges included
+    rng = random.Random(4747)
+    for _ in range(12):
+        cfg = random_wide_conv_config(rng)
+        x, w, b = make_conv_inputs(cfg, torch.bfloat16, device)
+        args = conv_args(cfg)
+        set_conv_kernel(monkeypatch, "wgmma_standard")
+        ref = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        set_conv_kernel(monkeypatch, "wgmma_wide")
+        assert torch.equal(torch.ops.myops.conv_transpose2d(x, w, b, *args), ref), cfg
+
+
 # the kernel switches choose among the CUDA kernels: the CPU runs once
 UNIT_INPUT_RUNS = [("cpu", "default")] + [pytest.param("cuda", kernel, marks=DEVICES[1].marks)
                                           for kernel in ("default", "mma", "generic")]

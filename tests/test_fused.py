@@ -180,6 +180,15 @@ def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("kernel", ["wgmma_wide", "wgmma_wide_nhwc"])
+def test_wide_tiles_random_configs_chain(device, kernel, monkeypatch):
+    # the Hopper kernel's 8 x 32-pixel tiles (16-bit) under the fused epilogue: the GroupNorm
+    # partials of four-strip tiles (the choice as shipped keeps fused calls on 16 x 16 tiles)
+    set_conv_kernel(monkeypatch, kernel)
+    check_random_fused(random.Random(2030), 20, torch.bfloat16, device, random_wide_conv_config)
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kernel", ["default", "mma"])
 def test_stride2_layers_random_configs_chain(device, dtype, kernel, monkeypatch):

@@ -289,7 +289,7 @@ namespace {
 
 ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_direct,
                    bool allow_few_channels, bool allow_mma, bool allow_wgmma, bool force_wgmma, bool allow_tma,
-                   ChannelsLastInput channels_last, int device_sm) {
+                   ChannelsLastInput channels_last, WideTiles wide_tiles, int device_sm) {
   ConvPlan plan;
   const int64_t generic_weight_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
   if (allow_direct && !force_wgmma) plan.direct = conv_direct_tiling(p, dtype);
@@ -305,7 +305,8 @@ ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     plan.prepared_numel = generic_weight_numel;
     return plan;
   }
-  if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, force_wgmma, allow_tma, channels_last);
+  if (allow_mma && allow_wgmma) plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, force_wgmma, allow_tma, channels_last,
+                                                          wide_tiles);
   if (plan.wg.q > 0) {
     plan.engine = ConvEngine::Wgmma;
     plan.tiles_per_sample = conv_wgmma_tiles_per_sample(p, plan.wg);
@@ -358,14 +359,21 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
       !allow_tma || env_flag("MYOPS_DISABLE_NHWC_STAGING")             ? ChannelsLastInput::Never
       : env_flag("MYOPS_FORCE_NHWC_STAGING") || input_channels_last ? ChannelsLastInput::Always
                                                                     : ChannelsLastInput::Auto;
+  // wide wgmma tiles pay for plain convs only (conv_wgmma_tiling); MYOPS_WGMMA_WIDE=0 / 1: never /
+  // wherever they fit (A/B runs and tests)
+  const char* wide_env = std::getenv("MYOPS_WGMMA_WIDE");
+  const WideTiles wide_tiles = wide_env && wide_env[0] == '0'   ? WideTiles::Never
+                               : wide_env && wide_env[0] == '1' ? WideTiles::Always
+                               : plain_output                   ? WideTiles::Auto
+                                                                : WideTiles::Never;
   const int device_sm = current_device_sm();
   // The tiling search costs tens to hundreds of microseconds of host time, as much as a small
   // layer's kernels: plans are cached by everything they depend on (not the batch size).
-  using Key = std::array<int64_t, 19>;
+  using Key = std::array<int64_t, 20>;
   const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
                 p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math),
                 allow_mma + 2 * allow_wgmma + 4 * force_wgmma + 8 * allow_direct + 16 * allow_tma + 32 * allow_few_channels,
-                static_cast<int64_t>(channels_last), device_sm};
+                static_cast<int64_t>(channels_last), static_cast<int64_t>(wide_tiles), device_sm};
   static std::mutex mutex;
   static std::map<Key, ConvPlan> cache;
   {
@@ -375,7 +383,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
   }
   const ConvPlan plan =
       make_plan(p, dtype, fp32_math, allow_direct, allow_few_channels, allow_mma, allow_wgmma, force_wgmma, allow_tma, channels_last,
-                device_sm);
+                wide_tiles, device_sm);
   const std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= 4096) cache.clear();  // bounded: a stream of new shapes cannot grow it forever
   cache.emplace(key, plan);

@@ -22,23 +22,23 @@ namespace {
 constexpr int kWarpgroup = 128;
 // Two kernels share the producer and the MMAs:
 //  - conv_wgmma_kernel: one tile per block, warpgroup 0 stages chunks, warpgroup 1 issues the
-//    MMAs. 16-row strips: registers per thread after reallocation sum to 2 x 128, so two blocks
-//    fit an SM and one's epilogue runs under the other's MMAs (the consumer's 64 x 128q-pixel
-//    accumulators need 64q registers).
+//    MMAs. Tiles of 256 pixels (two 16-row or four 8-row strips): registers per thread after
+//    reallocation sum to 2 x 128, so two blocks fit an SM and one's epilogue runs under the
+//    other's MMAs (the consumer's 64 x 256-pixel accumulators need 128 registers).
 //  - conv_wgmma_pingpong_kernel (17-row strips, whose 68q accumulators do not fit 160
 //    registers: one block per SM): persistent, one producer and two consumer warpgroups taking
 //    the block's tiles in turn, so that one's epilogue runs under the other's MMAs in the block.
 constexpr int kThreads = 2 * kWarpgroup;
 constexpr int kProducerRegs = 96, kConsumerRegs = 160;
-constexpr int blocks_per_sm(int rows) { return rows == 16 ? 2 : 1; }
+constexpr int blocks_per_sm(int rows) { return rows == 17 ? 1 : 2; }
 constexpr int kPingPongThreads = 3 * kWarpgroup;
 // launch 168 each; setmaxnreg.inc only gets what the block's setmaxnreg.dec released, so the
 // producer gives up exactly what the consumers take (or they would wait forever)
 constexpr int kPingPongProducerRegs = 104, kPingPongConsumerRegs = 200;
 static_assert(168 - kPingPongProducerRegs == 2 * (kPingPongConsumerRegs - 168), "register reallocation must balance");
 constexpr int kBlockCh = 64;      // output channels per block: the MMA's M
-// A strip is R rows x 8 columns of pixels, the MMA's N = 8R (R = 16, or 17 for maps of 2 x 17
-// rows); a tile is Q strips side by side. The epilogue's pixel count is padded to whole warps.
+// A strip is R rows x 8 columns of pixels, the MMA's N = 8R (R = 16 or 8 with Q = 2 or 4, or 17
+// for maps of 2 x 17 rows); a tile is Q strips side by side. The epilogue's pixel count is padded to whole warps.
 constexpr int epilogue_pixels(int rows, int q) { return (8 * rows * q + 31) / 32 * 32; }
 constexpr int kMaxHalo = 512;     // halo pixels per tile (4 per producer thread)
 constexpr int kPxPerThread = kMaxHalo / kWarpgroup;
@@ -123,7 +123,7 @@ WgSmem wg_smem(const ConvTranspose2dParams& p, int rows, int q, int stages, DTyp
   s.halo_plane = nhwc ? (box.cols * box.rows * 16 + 127) / 128 * 128 : most.halo * 16;
   s.halo_bytes = 2 * s.halo_plane;
   s.stage_bytes = s.halo_bytes + most.taps * kTapBytes;
-  s.c_ld = epilogue_pixels(rows, q) + 8;
+  s.c_ld = pair_tile_cs_columns(q, rows) + 8;
   s.box_slots = box_slots;
   s.box_cols = box.cols;
   s.box_rows = box.rows;
@@ -220,7 +220,7 @@ __device__ inline void issue_channels_last_chunk(const CUtensorMap& map, const W
 // 4R accumulators (the MMA's accumulator layout puts N-column n of any N in the same register).
 template <typename T, int R, int kRows>
 __device__ inline void wgmma_strip(float (&acc)[4 * R], uint64_t a, uint64_t b) {
-  static_assert(R == 16 || R == 17, "strip heights with generated wrappers");
+  static_assert(R == 8 || R == 16 || R == 17, "strip heights with generated wrappers");
   static_assert(kRows == R || kRows == 2 || kRows == 4 || kRows == 8, "row counts with generated wrappers");
   wgmma_m64<8 * kRows, T>(*reinterpret_cast<float(*)[4 * kRows]>(&acc[0]), a, b);
 }
@@ -542,13 +542,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     consumers();  // the epilogue's Cs overlays stages the other warps' MMAs read
 
     // Accumulators -> Cs[channel][pixel]: warp w holds channels 16w + lane / 4 (+ 8); register
-    // 4j + e of strip q is pixel q * 8R + 8j + 2 * (lane % 4) + e % 2 (tile row j of the strip).
+    // 4j + e of strip q is pixel q * 8R + 8j + 2 * (lane % 4) + e % 2 (tile row j of the strip), in
+    // Cs column q * kStripPitch + 8j + ... (PairTile).
     const int warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
 #pragma unroll
     for (int q = 0; q < Q; ++q)
 #pragma unroll
       for (int j = 0; j < R; ++j) {
-        const int c = 16 * warp + gq, m = q * kStrip + 8 * j + 2 * tq;
+        const int c = 16 * warp + gq, m = q * PairTile<Q, R>::kStripPitch + 8 * j + 2 * tq;
         *reinterpret_cast<float2*>(Cs + c * sl.c_ld + m) = make_float2(acc[q][4 * j], acc[q][4 * j + 1]);
         *reinterpret_cast<float2*>(Cs + (c + 8) * sl.c_ld + m) = make_float2(acc[q][4 * j + 2], acc[q][4 * j + 3]);
       }
@@ -558,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // consumer alone never writes partials (they make the warpgroups join).
   auto epilogue = [&](auto threads, int t, auto sync) {
     constexpr int kEpThreads = decltype(threads)::value;
-    conv_epilogue_pairs<T, kBM, kBlockCh, kEpThreads, kEpThreads == kThreads>(
+    conv_epilogue_pairs<T, Q, R, kBlockCh, kEpThreads, kEpThreads == kThreads>(
         Cs, sl.c_ld, lane_partials, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample,
         EpilogueThreads<decltype(sync)>{t, pix_off, sync}, [&](int m) -> int64_t {
           const int q = m / kStrip, r = (m % kStrip) / 8, c = 8 * q + m % 8;
@@ -840,6 +841,8 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
                    const ConvTranspose2dParams& p, const WgmmaTiling& t, const ConvEpilogue& ep,
                    const CUtensorMap* map, cudaStream_t stream) {
   if (t.q == 2 && t.rows == 16) return launch_tile<T, 2, 16>(x, wprep, bias, out, dtype, p, t, ep, map, stream);
+  if constexpr (!std::is_same<T, float>::value)  // 8 x 32 tiles: 16-bit types only (conv_wgmma_tiling)
+    if (t.q == 4 && t.rows == 8) return launch_tile<T, 4, 8>(x, wprep, bias, out, dtype, p, t, ep, map, stream);
   if (t.q == 2 && t.rows == 17) return launch_pingpong<T, 2, 17>(x, wprep, bias, out, dtype, p, t, ep, map, stream);
   return cudaErrorInvalidValue;
 }
@@ -859,7 +862,7 @@ bool channels_last_pays(const ConvTranspose2dParams& p, DType dtype) {
 }  // namespace
 
 WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
-                              bool force, bool allow_tma, ChannelsLastInput channels_last) {
+                              bool force, bool allow_tma, ChannelsLastInput channels_last, WideTiles wide_tiles) {
   if (device_sm != 90) return {};
   if (dtype == DType::F64 || (dtype == DType::F32 && fp32_math != Fp32Math::TF32)) return {};
   // 64-channel blocks: for 32 or fewer channels per group the mma.sync kernel's narrower blocks
@@ -872,12 +875,11 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // copies per MMA) and tiles mostly outside the phase grids lose to the mma.sync kernel, which
   // also has tiles spanning several images for small maps. Strips of 16 rows, or 17 where that
   // covers the phase grids better (maps of 2 x 17 = 34 rows leave 16-row strips 70% full).
-  const int q = 2;
   struct Fit {
     int64_t used = 0, covered = 0, most_taps = 0;
     bool ok = true;
   };
-  auto fit = [&](int rows) {
+  auto fit = [&](int rows, int q) {
     Fit f;
     for (int64_t rh = 0; rh < p.sH; ++rh)
       for (int64_t rw = 0; rw < p.sW; ++rw) {
@@ -892,11 +894,24 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
     f.ok = f.ok && phase_table_fits(p, rows, 8 * q);
     return f;
   };
-  const Fit f16 = fit(16), f17 = fit(17);
+  const Fit f16 = fit(16, 2), f17 = fit(17, 2), f8 = fit(8, 4);
   // 17-row strips only for a clear gain: their MMAs are 6% longer and their tile covers more halo
   const bool tall = f17.ok && (!f16.ok || f17.covered * 100 < f16.covered * 95);
-  const Fit& f = tall ? f17 : f16;
-  const int rows = tall ? 17 : 16;
+  // Tiles of 8 rows x 32 columns (four strips, m64n64 MMAs): a 16-bit tile row is then 64 bytes
+  // of output, not 32; rows of these outputs are only 4-byte aligned, so each row piece straddles
+  // one more 32-byte sector than it fills: 1.9x the output's bytes in L1 store sectors at 16
+  // columns (ncu, bfloat16 L1_57). In exchange each MMA reads the weights for half the pixels.
+  // H100, same build, queued ms, 16 x 16 -> 8 x 32, bfloat16 plain: L1_57 1.95 -> 1.69, VAE_up
+  // 0.173 -> 0.161, VAE_refine 0.188 -> 0.182, L2_19 1.86 -> 1.81; but L1_65 (21 taps) 0.72 ->
+  // 0.77, float32 L2_19 3.01 -> 3.14, L1_65 1.06 -> 1.22, and fused GELU + GroupNorm calls equal
+  // or slower (L2_19 2.66 -> 2.72) (session 42). Not where it takes many more tiles (maps of few
+  // rows).
+  const bool wide = !tall && f8.ok && dtype != DType::F32 &&
+                    (wide_tiles == WideTiles::Always ||
+                     (wide_tiles == WideTiles::Auto && f8.most_taps <= 9 &&
+                      phase_tiles_per_sample(p, 8, 32) * 100 <= phase_tiles_per_sample(p, 16, 16) * 105));
+  const Fit& f = tall ? f17 : wide ? f8 : f16;
+  const int rows = tall ? 17 : wide ? 8 : 16, q = wide ? 4 : 2;
   if (!f.ok) return {};
   if (!force && f.used < 0.6 * f.covered) return {};
   // float32 chunks with fewer than 4 taps: per-chunk costs (halo, weights, barriers) dominate and

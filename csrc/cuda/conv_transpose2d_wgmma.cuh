@@ -2,7 +2,8 @@
 // The Hopper conv_transpose2d kernel (wgmma, sm_90a). Same GEMM per phase as the mma.sync kernel
 // (weights = M, the phase's output pixels = N, input channels x taps = K), warp-specialised:
 //  - a block owns 64 output channels of one group and an R-row x 8q-column tile of one phase grid
-//    (q strips of R x 8 pixels, R = 16 or 17: one m64n(8R) MMA per strip and tap);
+//    (q strips of R x 8 pixels, (q, R) = (2, 16), (4, 8) or (2, 17): one m64n(8R) MMA per strip
+//    and tap);
 //  - a producer warpgroup stages, per chunk of input channels (8 fp32 / 16 bf16 = 32 bytes per
 //    pixel), the tile's input halo as two K-planes of 16-byte pixels (so a tap's B operand is the
 //    halo shifted by the tap's offset: 8 neighbouring pixels form one core matrix and a tile row
@@ -24,7 +25,7 @@ namespace cuda {
 // Tile of the wgmma kernel (q == 0: the kernel does not take the call).
 struct WgmmaTiling {
   int q = 0;       // strips of 8 columns: the tile is `rows` rows x 8q columns
-  int rows = 16;   // 16 or 17 (the MMA's N = 8 x rows)
+  int rows = 16;   // 16 (q = 2), 8 (q = 4) or 17 (q = 2) (the MMA's N = 8 x rows)
   int stages = 0;  // pipeline depth
   // TMA input loads (box_slots > 0: boxes in flight; the input must also be 16-byte aligned, else
   // the call runs without TMA at `stages`), with tma_stages stages
@@ -40,12 +41,18 @@ struct WgmmaTiling {
 // channels-last inputs, which the other paths copy to NCHW, and tests).
 enum class ChannelsLastInput { Never, Auto, Always };
 
+// Whether a two-block tile may be 8 rows x 32 columns instead of 16 x 16 (16-bit types only):
+// Never; Auto (at most 9 taps per phase and not many more tiles; conv_plan asks for it on plain
+// convs, where the output stores weigh most); Always (wherever the tile fits: tests).
+enum class WideTiles { Never, Auto, Always };
+
 // device_sm: the current device's compute capability (major * 10 + minor); the kernel exists for
 // sm_90 only (built for sm_90a). force: take every call the kernel can run, also those the
 // heuristics give to the mma.sync kernel (tests and sanitizer runs). allow_tma: load an NCHW input
 // through TMA where its layout allows. channels_last: whether the input may come channels-last.
+// wide: WideTiles.
 WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
-                              bool force, bool allow_tma, ChannelsLastInput channels_last);
+                              bool force, bool allow_tma, ChannelsLastInput channels_last, WideTiles wide);
 // Whether the tiling's kernel stores 2 x 2 windows (ConvEpilogue::pool_windows): the ping-pong
 // form (17-row strips), with input through registers in float32 only (16-bit input through
 // registers spilled 56-68 bytes in the column-pair build that preceded it).
@@ -55,7 +62,7 @@ inline bool conv_wgmma_stores_windows(const WgmmaTiling& t, DType dtype) {
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 // Whether the tiling's kernel counts its blocks per image (ConvEpilogue::tiles_done): the
 // two-block form (16-row strips; the persistent ping-pong form does not); its blocks per image.
-inline bool conv_wgmma_counts_tiles(const WgmmaTiling& t) { return t.q > 0 && t.rows == 16; }
+inline bool conv_wgmma_counts_tiles(const WgmmaTiling& t) { return t.q > 0 && t.rows != 17; }
 int64_t conv_wgmma_blocks_per_image(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
 cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,

@@ -23,12 +23,25 @@
 namespace myops {
 namespace cuda {
 
-// Pixel pairs of a 256-pixel tile (two strips of 16 rows x 8 columns, m = 128 strip + 8 row +
-// column): lane l takes pairs starting at m = 128 (l / 16) + 32 j + 2 (l % 16), j < 4. A store
-// instruction then covers 4 rows x 16 columns, and a half-warp's Cs reads 32 consecutive floats
-// (no bank conflict).
+// Pixel pairs of a 256-pixel tile of Q strips of R rows x 8 columns (logical pixel m = 8R strip +
+// 8 row + column; Q = 2, R = 16 or Q = 4, R = 8): lanes 32 / Q apart take the same pair of the Q
+// strips, so a store instruction covers whole tile rows (4 of 16 columns, or 2 of 32), and lane l
+// takes pairs from m = 8R (l / L) + 2L j + 2 (l % L), j < 4 (L = 32 / Q lanes per strip). In Cs a
+// strip is kStripPitch floats: with four strips, 16 floats of padding put a half-warp's two strips
+// on different banks (a half-warp then reads 32 consecutive banks, as with two strips unpadded).
 constexpr int kPairTilePixels = 256, kPairsPerLane = 4;
-__device__ inline int pair_pixel(int lane, int j) { return 128 * (lane / 16) + 32 * j + 2 * (lane % 16); }
+template <int Q, int R>
+struct PairTile {
+  static_assert(8 * Q * R == kPairTilePixels && (Q == 2 || Q == 4), "tiles of 256 pixels in 2 or 4 strips");
+  static constexpr int kLanes = 32 / Q;                    // lanes per strip
+  static constexpr int kStripPitch = 8 * R + (Q > 2 ? 16 : 0);  // Cs floats per strip
+  __device__ static int pixel(int lane, int j) { return 8 * R * (lane / kLanes) + 2 * kLanes * j + 2 * (lane % kLanes); }
+  __device__ static int cs_column(int lane, int j) {
+    return kStripPitch * (lane / kLanes) + 2 * kLanes * j + 2 * (lane % kLanes);
+  }
+};
+// Cs floats per channel row of a tile of q strips of `rows` rows (the layout above).
+__host__ __device__ constexpr int pair_tile_cs_columns(int q, int rows) { return q * (8 * rows + (q > 2 ? 16 : 0)); }
 
 // The warp's channels' tile partials from their lane partials (partials[c * 32 + l]: lane l's sum
 // of its stored values of channel c and their M2 about its own mean, over lane_count values, the
@@ -75,15 +88,15 @@ __device__ inline void combine_lane_partials(const float2* partials, const ConvE
 // by value.
 // kStats: whether the tile partials may be asked for (ep.tile_stats); partials: [BN][32] lane
 // partials in shared memory (kStats only).
-template <typename T, int BM, int BN, int kThreads, bool kStats, typename Sync, typename PixelOffset>
+template <typename T, int Q, int R, int BN, int kThreads, bool kStats, typename Sync, typename PixelOffset>
 __device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const T* __restrict__ bias,
                                     T* __restrict__ out,
                                     const ConvTranspose2dParams& p, const ConvEpilogue& ep, int64_t n, int64_t g,
                                     int64_t oc0, int64_t tile_index, int64_t tiles_per_sample,
                                     EpilogueThreads<Sync> ew, PixelOffset pixel_offset) {
   using Traits = DTypeTraits<T>;
-  constexpr int kWarps = kThreads / 32;
-  static_assert(BM == kPairTilePixels, "the pair layout of a 256-pixel tile");
+  using Tile = PairTile<Q, R>;
+  constexpr int kWarps = kThreads / 32, BM = kPairTilePixels;
   int64_t* pix_off = ew.pix_off;
   for (int m = ew.tid; m < BM; m += kThreads) pix_off[m] = pixel_offset(m);
   ew.sync();
@@ -92,7 +105,7 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const 
   unsigned inside = 0, joined = 0;  // bit 2j + e: pixel e of pair j inside the output; bit j: pair j one access
 #pragma unroll
   for (int j = 0; j < kPairsPerLane; ++j) {
-    const int64_t* o = pix_off + pair_pixel(lane, j);
+    const int64_t* o = pix_off + Tile::pixel(lane, j);
     off[j] = o[0];
     const unsigned in = static_cast<unsigned>(o[0] >= 0) | static_cast<unsigned>(o[1] >= 0) << 1;
     inside |= in << (2 * j);
@@ -132,7 +145,7 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const 
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kPairsPerLane; ++j) {
-          const float2 v = *reinterpret_cast<const float2*>(Cs + c * ldc + pair_pixel(lane, j));
+          const float2 v = *reinterpret_cast<const float2*>(Cs + c * ldc + Tile::cs_column(lane, j));
           const Vec<T, 2> pair = Traits::from_acc2(act(v.x + b), act(v.y + b));
           stored[2 * j] = Traits::to_acc(pair.v[0]);
           stored[2 * j + 1] = Traits::to_acc(pair.v[1]);
@@ -143,7 +156,7 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const 
 #pragma unroll
             for (int e = 0; e < 2; ++e)
               if ((inside >> (2 * j + e)) & 1u) {
-                chan[pix_off[pair_pixel(lane, j) + e]] = pair.v[e];
+                chan[pix_off[Tile::pixel(lane, j) + e]] = pair.v[e];
                 sum += stored[2 * j + e];
               }
           }
