@@ -67,6 +67,23 @@ __device__ inline void batch_norm_fold(int c, const S* mean, const S* var, const
   s = static_cast<acc_t>(shift);
 }
 
+// tanh of a value about to be stored as T. 16-bit T: the hardware's tanh.approx.f32, one MUFU
+// instruction against ~20 for tanhf, relative error below 2^-10.9 (PTX ISA): under half a unit in
+// the last place of bfloat16, about half of float16's, so a stored value moves by at most one
+// unit. H100, L2_11's tail (ncu, bfloat16): 72.7 M -> 61.9 M instructions, 93 -> 84 us, the
+// op's error against float64 unchanged (rel. L2 4.2967e-3 both, float16 5.4005e-4 / 5.4009e-4).
+// float32 / float64: tanhf / tanh.
+template <typename T, typename A>
+__device__ __forceinline__ A tanh_to_store(A v) {
+  if constexpr (sizeof(T) == 2) {
+    float r;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+  } else {
+    return tanh(v);
+  }
+}
+
 // max over the pooling window of output (ph, pw) of tanh(x * a + s), x one input plane (global or
 // shared memory): tanh is monotonic, so it is taken once, of the largest x * a + s. Padding never
 // wins and NaN propagates, as in max_pool2d. kInside: no padding, so every window lies inside
@@ -87,7 +104,7 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max(const T* in,
       if (v > best || isnan(v)) best = v;
     }
   }
-  return tanh(best);
+  return tanh_to_store<T>(best);
 }
 
 // The same for a KH x KW window of stride (KH, KW) (no padding or dilation) with its loads
@@ -108,7 +125,7 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_fixed(const 
       const auto v = Tr::to_acc(p[i * W + j]) * a + s;
       if (v > best || isnan(v)) best = v;
     }
-  return tanh(best);
+  return tanh_to_store<T>(best);
 }
 
 // MaxPool2d(2, 2) over a window-stored conv output (ConvEpilogue::pool_windows: each window
@@ -130,7 +147,7 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_stored_window(const T* 
     const auto v = Tr::to_acc(plane[rows.second * W + pw]) * a + s;
     if (v > best || isnan(v)) best = v;
   }
-  return tanh(best);
+  return tanh_to_store<T>(best);
 }
 
 // Walks flat indices o = start, start + kThreads, ... of [planes][rows][cols] keeping (plane, row,
