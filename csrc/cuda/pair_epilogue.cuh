@@ -30,18 +30,20 @@ namespace cuda {
 // strip is kStripPitch floats: with four strips, 16 floats of padding put a half-warp's two strips
 // on different banks (a half-warp then reads 32 consecutive banks, as with two strips unpadded).
 constexpr int kPairTilePixels = 256, kPairsPerLane = 4;
+// Cs floats per strip of `rows` rows in a tile of q strips (the layout above).
+__host__ __device__ constexpr int pair_strip_pitch(int q, int rows) { return 8 * rows + (q > 2 ? 16 : 0); }
+// Cs floats per channel row of such a tile.
+__host__ __device__ constexpr int pair_tile_cs_columns(int q, int rows) { return q * pair_strip_pitch(q, rows); }
 template <int Q, int R>
 struct PairTile {
   static_assert(8 * Q * R == kPairTilePixels && (Q == 2 || Q == 4), "tiles of 256 pixels in 2 or 4 strips");
-  static constexpr int kLanes = 32 / Q;                    // lanes per strip
-  static constexpr int kStripPitch = 8 * R + (Q > 2 ? 16 : 0);  // Cs floats per strip
-  __device__ static int pixel(int lane, int j) { return 8 * R * (lane / kLanes) + 2 * kLanes * j + 2 * (lane % kLanes); }
-  __device__ static int cs_column(int lane, int j) {
-    return kStripPitch * (lane / kLanes) + 2 * kLanes * j + 2 * (lane % kLanes);
-  }
+  static constexpr int kLanes = 32 / Q;  // lanes per strip
+  static constexpr int kStripPitch = pair_strip_pitch(Q, R);
+  // lane's pair j: its offset in its strip (in_strip), as the tile's logical pixel and as a Cs column
+  __device__ static int in_strip(int lane, int j) { return 2 * kLanes * j + 2 * (lane % kLanes); }
+  __device__ static int pixel(int lane, int j) { return 8 * R * (lane / kLanes) + in_strip(lane, j); }
+  __device__ static int cs_column(int lane, int j) { return kStripPitch * (lane / kLanes) + in_strip(lane, j); }
 };
-// Cs floats per channel row of a tile of q strips of `rows` rows (the layout above).
-__host__ __device__ constexpr int pair_tile_cs_columns(int q, int rows) { return q * (8 * rows + (q > 2 ? 16 : 0)); }
 
 // The warp's channels' tile partials from their lane partials (partials[c * 32 + l]: lane l's sum
 // of its stored values of channel c and their M2 about its own mean, over lane_count values, the
