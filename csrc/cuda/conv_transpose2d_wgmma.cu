@@ -38,7 +38,8 @@ constexpr int kPingPongProducerRegs = 104, kPingPongConsumerRegs = 200;
 static_assert(168 - kPingPongProducerRegs == 2 * (kPingPongConsumerRegs - 168), "register reallocation must balance");
 constexpr int kBlockCh = 64;      // output channels per block: the MMA's M
 // A strip is R rows x 8 columns of pixels, the MMA's N = 8R (R = 16 or 8 with Q = 2 or 4, or 17
-// for maps of 2 x 17 rows); a tile is Q strips side by side. The epilogue's pixel count is padded to whole warps.
+// for maps of 2 x 17 rows); a tile is Q strips side by side. The epilogue's pixel count is padded
+// to whole warps.
 constexpr int epilogue_pixels(int rows, int q) { return (8 * rows * q + 31) / 32 * 32; }
 constexpr int kMaxHalo = 512;     // halo pixels per tile (4 per producer thread)
 constexpr int kPxPerThread = kMaxHalo / kWarpgroup;
@@ -876,7 +877,7 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // also has tiles spanning several images for small maps. Strips of 16 rows, or 17 where that
   // covers the phase grids better (maps of 2 x 17 = 34 rows leave 16-row strips 70% full).
   struct Fit {
-    int64_t used = 0, covered = 0, most_taps = 0;
+    int64_t used = 0, covered = 0, most_taps = 0, tiles = 0;
     bool ok = true;
   };
   auto fit = [&](int rows, int q) {
@@ -892,6 +893,7 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
         f.covered += ceil_div(ph.OHp, rows) * rows * ceil_div(ph.OWp, 8) * 8;
       }
     f.ok = f.ok && phase_table_fits(p, rows, 8 * q);
+    f.tiles = phase_tiles_per_sample(p, rows, 8 * q);
     return f;
   };
   const Fit f16 = fit(16, 2), f17 = fit(17, 2), f8 = fit(8, 4);
@@ -908,8 +910,7 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // rows).
   const bool wide = !tall && f8.ok && dtype != DType::F32 &&
                     (wide_tiles == WideTiles::Always ||
-                     (wide_tiles == WideTiles::Auto && f8.most_taps <= 9 &&
-                      phase_tiles_per_sample(p, 8, 32) * 100 <= phase_tiles_per_sample(p, 16, 16) * 105));
+                     (wide_tiles == WideTiles::Auto && f8.most_taps <= 9 && f8.tiles * 100 <= f16.tiles * 105));
   const Fit& f = tall ? f17 : wide ? f8 : f16;
   const int rows = tall ? 17 : wide ? 8 : 16, q = wide ? 4 : 2;
   if (!f.ok) return {};

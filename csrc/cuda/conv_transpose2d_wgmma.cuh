@@ -50,9 +50,9 @@ enum class WideTiles { Never, Auto, Always };
 // sm_90 only (built for sm_90a). force: take every call the kernel can run, also those the
 // heuristics give to the mma.sync kernel (tests and sanitizer runs). allow_tma: load an NCHW input
 // through TMA where its layout allows. channels_last: whether the input may come channels-last.
-// wide: WideTiles.
+// wide_tiles: WideTiles.
 WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, int device_sm,
-                              bool force, bool allow_tma, ChannelsLastInput channels_last, WideTiles wide);
+                              bool force, bool allow_tma, ChannelsLastInput channels_last, WideTiles wide_tiles);
 // Whether the tiling's kernel stores 2 x 2 windows (ConvEpilogue::pool_windows): the ping-pong
 // form (17-row strips), with input through registers in float32 only (16-bit input through
 // registers spilled 56-68 bytes in the column-pair build that preceded it).
@@ -61,7 +61,7 @@ inline bool conv_wgmma_stores_windows(const WgmmaTiling& t, DType dtype) {
 }
 int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 // Whether the tiling's kernel counts its blocks per image (ConvEpilogue::tiles_done): the
-// two-block form (16-row strips; the persistent ping-pong form does not); its blocks per image.
+// two-block form (16- or 8-row strips; the persistent ping-pong form does not); its blocks per image.
 inline bool conv_wgmma_counts_tiles(const WgmmaTiling& t) { return t.q > 0 && t.rows != 17; }
 int64_t conv_wgmma_blocks_per_image(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
