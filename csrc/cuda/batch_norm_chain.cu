@@ -292,19 +292,31 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
   // The group's output is contiguous: 16-byte stores between a scalar head and tail. (numel <
   // 2^21, as quotient_small needs: the pooled group fits in 64 KB of shared memory.)
   T* out = y + (n * C + g * C_g) * int64_t(PHW);
-  auto normalised = [&](int e, int c) {
-    return Tr::from_acc((Tr::to_acc(pooled[e]) - mu_acc) * gn_scale[c] + gn_shift[c]);
-  };
+  auto affine = [&](T v, acc_t scale, acc_t shift) { return Tr::from_acc((Tr::to_acc(v) - mu_acc) * scale + shift); };
+  auto normalised = [&](int e, int c) { return affine(pooled[e], gn_scale[c], gn_shift[c]); };
   const int head = static_cast<int>(vector_head(out, numel)), out_vecs = (numel - head) / kVec;
   for (int e = threadIdx.x; e < head; e += kThreads) out[e] = normalised(e, quotient_small(e, inv_phw));
   for (int i = threadIdx.x; i < out_vecs; i += kThreads) {
     const int e0 = head + i * kVec;
     int c = quotient_small(e0, inv_phw), next = (c + 1) * PHW;  // the channel, where the next begins
+    // the pooled values as one 16-byte load where the output starts aligned (pooled always does),
+    // the channel's scale and shift reloaded only where the vector crosses into the next channel
+    Vec<T, kVec> in;
+    if (head == 0) {
+      in = reinterpret_cast<const Vec<T, kVec>*>(pooled)[i];
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) in.v[k] = pooled[e0 + k];
+    }
+    acc_t scale = gn_scale[c], shift = gn_shift[c];
     Vec<T, kVec> v;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      if (e0 + k == next) ++c, next += PHW;
-      v.v[k] = normalised(e0 + k, c);
+      if (e0 + k == next) {
+        ++c, next += PHW;
+        scale = gn_scale[c], shift = gn_shift[c];
+      }
+      v.v[k] = affine(in.v[k], scale, shift);
     }
     *reinterpret_cast<Vec<T, kVec>*>(out + e0) = v;
   }
