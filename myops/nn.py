@@ -36,25 +36,26 @@ def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Se
             _output_padding(conv, input, output_size), conv.groups, list(conv.dilation))
 
 
-def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[dict, bool]:
-    """The BatchNorm arguments of one forward step of ``bn`` (keyword arguments of
-    :func:`myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm`), and whether the step
-    still owes ``num_batches_tracked += 1``, nn.BatchNorm2d.forward's bookkeeping in training with
-    tracked statistics. With momentum None the factor is the cumulative average
+def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[tuple, bool]:
+    """The BatchNorm arguments of one forward step of ``bn`` (running_mean, running_var, bn_weight,
+    bn_bias, training, momentum, bn_eps of :func:`myops.ops.batch_norm_chain_call`), and whether
+    the step still owes ``num_batches_tracked += 1``, nn.BatchNorm2d.forward's bookkeeping in
+    training with tracked statistics. With momentum None the factor is the cumulative average
     1 / num_batches_tracked, so the count goes up here; with a momentum the caller adds it after
     the fused call, whose kernels then start ~20 us sooner (the add's launch is host time)."""
-    factor = 0.0 if bn.momentum is None else bn.momentum
-    owes_count = bn.training and bn.track_running_stats and bn.num_batches_tracked is not None
-    if owes_count and bn.momentum is None:
-        bn.num_batches_tracked.add_(1)
-        factor = 1.0 / float(bn.num_batches_tracked)
+    training, momentum = bn.training, bn.momentum
+    # (the buffers read once: each read of a module's parameter or buffer is a __getattr__ call)
+    running_mean, running_var, count = bn.running_mean, bn.running_var, bn.num_batches_tracked
+    owes_count = training and bn.track_running_stats and count is not None
+    factor = 0.0 if momentum is None else momentum
+    if owes_count and momentum is None:
+        count.add_(1)
+        factor = 1.0 / float(count)
         owes_count = False
-    # buffers normalise in eval mode, and are updated in training only where they are tracked
-    use_buffers = not bn.training or bn.track_running_stats
-    return dict(running_mean=bn.running_mean if use_buffers else None,
-                running_var=bn.running_var if use_buffers else None, bn_weight=bn.weight, bn_bias=bn.bias,
-                training=bn.training or (bn.running_mean is None and bn.running_var is None), momentum=factor,
-                bn_eps=bn.eps), owes_count
+    if training and not bn.track_running_stats:  # buffers are updated in training only where tracked
+        running_mean = running_var = None
+    return (running_mean, running_var, bn.weight, bn.bias,
+            training or (running_mean is None and running_var is None), factor, bn.eps), owes_count
 
 
 def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxPool2d, norm: nn.GroupNorm,
@@ -63,10 +64,11 @@ def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxP
     arguments and BatchNorm's bookkeeping (the forward of the module below; the bench calls it
     on its eager block)."""
     bn_args, owes_count = _batch_norm_arguments(bn)
-    out = ops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
-        *_conv_args(conv, input, output_size), **bn_args, kernel_size=pool.kernel_size,
-        pool_stride=pool.stride, pool_padding=pool.padding, pool_dilation=pool.dilation, ceil_mode=pool.ceil_mode,
-        num_groups=norm.num_groups, gn_weight=norm.weight, gn_bias=norm.bias, gn_eps=norm.eps)
+    _, weight, bias, *conv_args = _conv_args(conv, input, output_size)
+    out = ops.batch_norm_chain_call(
+        input, weight, bias, conv_args, *bn_args,
+        (ops._pair(pool.kernel_size), ops._pair(pool.stride), ops._pair(pool.padding), ops._pair(pool.dilation)),
+        pool.ceil_mode, norm.num_groups, norm.weight, norm.bias, norm.eps)
     if owes_count:
         bn.num_batches_tracked.add_(1)
     return out
@@ -123,9 +125,10 @@ class ConvTranspose2dGELUGroupNorm(nn.Module):
         return _adopt(cls, conv=conv, act=act, norm=norm)
 
     def forward(self, input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
-        return ops.conv_transpose2d_gelu_group_norm(
-            *_conv_args(self.conv, input, output_size), approximate=self.act.approximate,
-            num_groups=self.norm.num_groups, gn_weight=self.norm.weight, gn_bias=self.norm.bias, eps=self.norm.eps)
+        _, weight, bias, *conv_args = _conv_args(self.conv, input, output_size)
+        norm = self.norm
+        return ops.gelu_group_norm_chain_call(input, weight, bias, conv_args, self.act.approximate, norm.num_groups,
+                                              norm.weight, norm.bias, norm.eps)
 
 
 class ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm(nn.Module):

@@ -11,6 +11,10 @@ from torch import Tensor
 
 from . import _autocast, _shapes
 
+# (the overload itself: a call skips OpOverloadPacket's resolution)
+_CONV_BATCH_NORM_CHAIN = torch.ops.myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm.default
+_CONV_GELU_GROUP_NORM = torch.ops.myops.conv_transpose2d_gelu_group_norm.default
+
 IntOrPair = Union[int, Sequence[int]]
 
 
@@ -93,17 +97,29 @@ def conv_transpose2d_gelu_group_norm(
     The first eight arguments are those of :func:`conv_transpose2d`, ``approximate`` that of
     :func:`gelu`, the rest those of :func:`group_norm` (``num_groups`` is required).
     """
-    op = "myops.conv_transpose2d_gelu_group_norm"
     if num_groups is None:
-        raise TypeError(f"{op}: argument 'num_groups' is required")
-    conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
-    if input.dim() in (3, 4) and weight.dim() == 4:
-        _check_group_values(op, input.shape[0] if input.dim() == 4 else 1, weight.shape[1] * groups, num_groups,
-                            lambda: math.prod(_conv_output_hw(input, weight, conv_args)))
+        raise TypeError("myops.conv_transpose2d_gelu_group_norm: argument 'num_groups' is required")
+    return gelu_group_norm_chain_call(
+        input, weight, bias, (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation)),
+        approximate, num_groups, gn_weight, gn_bias, eps)
+
+
+def gelu_group_norm_chain_call(input: Tensor, weight: Tensor, bias: Optional[Tensor], conv_args: tuple,
+                               approximate: str, num_groups: int, gn_weight: Optional[Tensor],
+                               gn_bias: Optional[Tensor], eps: float) -> Tensor:
+    """The body of :func:`conv_transpose2d_gelu_group_norm`, its conv arguments already pairs
+    (stride, padding, output_padding, groups, dilation): what the drop-in module calls, positionally
+    (as :func:`batch_norm_chain_call`)."""
+    batched = input.dim() == 4
+    if weight.dim() == 4 and (input.dim() == 3 or batched and input.shape[0] == 1):
+        _check_group_values("myops.conv_transpose2d_gelu_group_norm", 1, weight.shape[1] * conv_args[3],
+                            num_groups, lambda: math.prod(_conv_output_hw(input, weight, conv_args)))
     if _float32_params(input, gn_weight, gn_bias):  # GroupNorm in float32 on the statistics
         return _batched(input, lambda x: group_norm_with_stats(*torch.ops.myops.conv_transpose2d_gelu_group_stats(
             x, weight, bias, *conv_args, approximate, num_groups, eps), gn_weight, gn_bias))
-    return _batched(input, lambda x: torch.ops.myops.conv_transpose2d_gelu_group_norm(
+    if batched:
+        return _CONV_GELU_GROUP_NORM(input, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps)
+    return _batched(input, lambda x: _CONV_GELU_GROUP_NORM(
         x, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps))
 
 
@@ -168,29 +184,36 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
     ``pool_padding``, ``pool_dilation`` those of ``max_pool2d`` (``ceil_mode`` must be False);
     then those of :func:`group_norm`.
     """
+    return batch_norm_chain_call(
+        input, weight, bias, (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation)),
+        running_mean, running_var, bn_weight, bn_bias, training, momentum, bn_eps,
+        (_pair(kernel_size), _pair(kernel_size if pool_stride is None else pool_stride), _pair(pool_padding),
+         _pair(pool_dilation)), ceil_mode, num_groups, gn_weight, gn_bias, gn_eps)
+
+
+def batch_norm_chain_call(input: Tensor, weight: Tensor, bias: Optional[Tensor], conv_args: tuple,
+                          running_mean: Optional[Tensor], running_var: Optional[Tensor], bn_weight: Optional[Tensor],
+                          bn_bias: Optional[Tensor], training: bool, momentum: float, bn_eps: float, pool_args: tuple,
+                          ceil_mode: bool, num_groups: int, gn_weight: Optional[Tensor], gn_bias: Optional[Tensor],
+                          gn_eps: float) -> Tensor:
+    """The body of :func:`conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm`, its conv and pool
+    arguments already pairs (conv_args: stride, padding, output_padding, groups, dilation;
+    pool_args: kernel_size, stride, padding, dilation): what the drop-in modules call, positionally,
+    since each microsecond of Python before the first kernel is latency on an idle GPU."""
     op = "myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
     if ceil_mode:
         raise ValueError(f"{op}: argument 'ceil_mode' must be False (ceil_mode=True is not implemented)")
     if not training and (running_mean is None or running_var is None):
         raise ValueError(f"{op}: argument 'running_mean' / 'running_var' are required when training=False "
                          "(as in torch.nn.functional.batch_norm)")
-    conv_args = (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation))
-    pool_args = (_pair(kernel_size), _pair(kernel_size if pool_stride is None else pool_stride), _pair(pool_padding),
-                 _pair(pool_dilation))
-    out_hw = _conv_output_hw(input, weight, conv_args) if input.dim() == 4 and weight.dim() == 4 else None
-    count = input.shape[0] * math.prod(out_hw) if out_hw else None
-    if training and count == 1:  # as torch.nn.functional.batch_norm: one value has no batch variance
-        raise ValueError(f"{op}: expected more than 1 value per channel when training, got a "
-                         f"conv_transpose2d output of {count} value per channel")
-    if out_hw:  # (the pool arguments checked as the op checks them, naming the op as it does)
-        _check_group_values(op, input.shape[0], weight.shape[1] * groups, num_groups, lambda: math.prod(
-            _shapes.max_pool2d_out_hw(op.removeprefix("myops."), *out_hw, *pool_args)))
-    tensors = (input, weight, bias, running_mean, running_var, bn_weight, bn_bias, gn_weight, gn_bias)
-    mixed = _float32_params(input, bn_weight, bn_bias, gn_weight, gn_bias)
-    if not mixed and not _needs_grad(*tensors):
+    four_d = input.dim() == 4 and weight.dim() == 4
+    if four_d and input.shape[0] == 1:  # only a batch of one can hold one value per channel or group
+        _check_batch_of_one(op, input, weight, conv_args, pool_args, training, num_groups)
+    if not _float32_params(input, bn_weight, bn_bias, gn_weight, gn_bias) and not _needs_grad(
+            input, weight, bias, running_mean, running_var, bn_weight, bn_bias, gn_weight, gn_bias):
         # No gradient: the one-call op, free to pick a cheaper intermediate than the conv output.
         # (With one, the two ops below keep the conv output for backward instead of recomputing it.)
-        y, mean, var = torch.ops.myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+        y, mean, var = _CONV_BATCH_NORM_CHAIN(
             input, weight, bias, *conv_args,
             None if training else running_mean, None if training else running_var, bn_weight, bn_bias, training,
             bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
@@ -203,10 +226,26 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         tail = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm
         args = (out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
         # mixed: BatchNorm to GroupNorm in float32 on the 16-bit conv output, as those norms compute
-        y = _autocast.in_float32(tail, _autocast.group_norm_dtype(out), *args) if mixed else tail(*args)
+        y = _autocast.in_float32(tail, _autocast.group_norm_dtype(out), *args) if _float32_params(
+            input, bn_weight, bn_bias, gn_weight, gn_bias) else tail(*args)
     if training and running_mean is not None and running_var is not None:
+        # (the count once the kernels are queued: host arithmetic the GPU need not wait for)
+        count = input.shape[0] * math.prod(_conv_output_hw(input, weight, conv_args)) if four_d else None
         update_running_stats(running_mean, running_var, mean, var, count, momentum)
     return y
+
+
+def _check_batch_of_one(op: str, input: Tensor, weight: Tensor, conv_args, pool_args, training: bool,
+                        num_groups) -> None:
+    """The checks only a batch of one can fail, as torch.nn.functional.batch_norm / group_norm
+    make them (ValueError): in training, one value per channel; one value per group."""
+    out_hw = _conv_output_hw(input, weight, conv_args)
+    if training and math.prod(out_hw) == 1:  # as torch.nn.functional.batch_norm
+        raise ValueError(f"{op}: expected more than 1 value per channel when training, got a "
+                         f"conv_transpose2d output of 1 value per channel")
+    # (the pool arguments checked as the op checks them, naming the op as it does)
+    _check_group_values(op, 1, weight.shape[1] * conv_args[3], num_groups, lambda: math.prod(
+        _shapes.max_pool2d_out_hw(op.removeprefix("myops."), *out_hw, *pool_args)))
 
 
 def _conv_output_hw(input: Tensor, weight: Tensor, conv_args):
