@@ -75,7 +75,7 @@ void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keyset, 
   op.redispatchBoxed(keyset & c10::after_autograd_keyset, stack);
 }
 
-// Every op of csrc/myops.cpp (a test checks that the list is complete).
+// Every differentiable op of csrc/myops.cpp (a test checks that each op is in this list or the next).
 constexpr const char* kOps[] = {
     "conv_transpose2d",
     "gelu",
@@ -87,8 +87,26 @@ constexpr const char* kOps[] = {
     "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
 };
 
+// Ops without a differentiable output (BatchNorm's running-buffer step): every call goes below
+// autograd, so a tensor the op writes must not require grad (autograd would not see the write).
+void no_gradient_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keyset, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const auto args = torch::jit::last(*stack, schema.arguments().size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+    TORCH_CHECK(!(alias && alias->isWrite() && args[i].isTensor() && args[i].toTensor().requires_grad()),
+                schema.name(), ": argument '", schema.arguments()[i].name(),
+                "' is updated in place and must not require grad");
+  }
+  at::AutoDispatchBelowAutograd below;
+  op.redispatchBoxed(keyset & c10::after_autograd_keyset, stack);
+}
+constexpr const char* kNoGradientOps[] = {"batch_norm_update_running_stats"};
+
 void register_autograd_kernels(torch::Library& m) {
   for (const char* name : kOps) m.impl(name, torch::CppFunction::makeFromBoxedFunction<&autograd_kernel>());
+  for (const char* name : kNoGradientOps)
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&no_gradient_kernel>());
 }
 
 }  // namespace

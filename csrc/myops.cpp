@@ -58,6 +58,14 @@ TORCH_LIBRARY(myops, m) {
       "int[2] pool_padding, int[2] pool_dilation, int num_groups, Tensor? gn_weight, "
       "Tensor? gn_bias, float gn_eps) -> Tensor",
       tags);
+  // BatchNorm's running-buffer step, in place: running = (1 - momentum) * running + momentum *
+  // batch (var's batch value times var_factor, the unbiased correction), in the buffers' compute
+  // dtype as aten's batch_norm updates them, and num_batches_tracked += 1 where given: one kernel
+  // where torch's ops take four launches after every training step of the chain.
+  m.def(
+      "batch_norm_update_running_stats(Tensor(a!) running_mean, Tensor(b!) running_var, Tensor mean, "
+      "Tensor var, float momentum, float var_factor, Tensor(c!)? num_batches_tracked) -> ()",
+      tags);
   // The whole chain in one call (what needs no gradient): (output, batch mean, biased batch var),
   // the statistics [C_out] in float32 (float64 for float64 input) in training, empty otherwise
   // (mean / var then normalise). One call lets the CUDA kernels pick a cheaper intermediate than

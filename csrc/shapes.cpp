@@ -197,6 +197,35 @@ void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t cha
   check_batch_norm_affine(op, input, channels, weight, bias);
 }
 
+void check_batch_norm_update_running_stats(const char* op, const at::Tensor& running_mean,
+                                           const at::Tensor& running_var, const at::Tensor& mean,
+                                           const at::Tensor& var,
+                                           const std::optional<at::Tensor>& num_batches_tracked) {
+  check_floating(op, "running_mean", running_mean);
+  MYOPS_CHECK_ARG(running_mean.dim() == 1, op, "running_mean", "must be a 1-D tensor, got shape ",
+                  running_mean.sizes());
+  const int64_t channels = running_mean.size(0);
+  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{running_var, "running_var"},
+                                {mean, "mean"}, {var, "var"}}) {
+    check_floating(op, name, t);
+    MYOPS_CHECK_ARG(t.device() == running_mean.device(), op, name, "is on ", t.device(),
+                    " but 'running_mean' is on ", running_mean.device());
+    MYOPS_CHECK_ARG(t.dim() == 1 && t.size(0) == channels, op, name, "must be a 1-D tensor of ", channels,
+                    " elements (as running_mean), got shape ", t.sizes());
+  }
+  MYOPS_CHECK_ARG(running_var.scalar_type() == running_mean.scalar_type(), op, "running_var",
+                  "must have running_mean's dtype ", running_mean.scalar_type(), ", got ", running_var.scalar_type());
+  MYOPS_CHECK_ARG(var.scalar_type() == mean.scalar_type(), op, "var", "must have mean's dtype ",
+                  mean.scalar_type(), ", got ", var.scalar_type());
+  if (num_batches_tracked.has_value()) {
+    const at::Tensor& t = *num_batches_tracked;
+    MYOPS_CHECK_ARG(t.scalar_type() == at::kLong && t.numel() == 1, op, "num_batches_tracked",
+                    "must be an int64 tensor of one element, got ", t.scalar_type(), " of shape ", t.sizes());
+    MYOPS_CHECK_ARG(t.device() == running_mean.device(), op, "num_batches_tracked", "is on ", t.device(),
+                    " but 'running_mean' is on ", running_mean.device());
+  }
+}
+
 Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(
     const char* op, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& var,
     const std::optional<at::Tensor>& bn_weight, const std::optional<at::Tensor>& bn_bias,

@@ -102,6 +102,14 @@ void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t cha
                             const std::optional<at::Tensor>& weight,
                             const std::optional<at::Tensor>& bias);
 
+// All checks of batch_norm_update_running_stats (shared by its CPU and CUDA kernels):
+// running_mean / running_var 1-D floating buffers of one dtype and length, mean / var (one dtype)
+// as long and on the same device, num_batches_tracked (optional) one int64 there too.
+void check_batch_norm_update_running_stats(const char* op, const at::Tensor& running_mean,
+                                           const at::Tensor& running_var, const at::Tensor& mean,
+                                           const at::Tensor& var,
+                                           const std::optional<at::Tensor>& num_batches_tracked);
+
 // All checks of batch_norm_tanh_max_pool2d_group_norm (shared by its CPU and CUDA kernels); returns
 // the pooling geometry.
 Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(

@@ -81,6 +81,12 @@ def _bn_chain_fake(input, mean, var, bn_weight, bn_bias, bn_eps, kernel_size, po
     return _empty_4d([input.shape[0], c, ph, pw], input)
 
 
+@torch.library.register_fake("myops::batch_norm_update_running_stats")
+def _running_stats_fake(running_mean, running_var, mean, var, momentum, var_factor, num_batches_tracked):
+    _shapes.check_batch_norm_update_running_stats("batch_norm_update_running_stats", running_mean, running_var,
+                                                  mean, var, num_batches_tracked)
+
+
 @torch.library.register_fake("myops::conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm")
 def _conv_bn_chain_fake(input, weight, bias, stride, padding, output_padding, groups, dilation, mean, var,
                         bn_weight, bn_bias, training, bn_eps, kernel_size, pool_stride, pool_padding, pool_dilation,

@@ -94,6 +94,27 @@ def max_pool2d_out_hw(op, h, w, kernel_size, stride, padding, dilation):
     return sizes
 
 
+def check_batch_norm_update_running_stats(op, running_mean, running_var, mean, var, num_batches_tracked):
+    """Mirror of check_batch_norm_update_running_stats in csrc/shapes.cpp."""
+    check_floating(op, "running_mean", running_mean)
+    check(running_mean.dim() == 1, op, "running_mean", f"must be a 1-D tensor, got shape {list(running_mean.shape)}")
+    channels = running_mean.shape[0]
+    for t, name in ((running_var, "running_var"), (mean, "mean"), (var, "var")):
+        check_floating(op, name, t)
+        check(t.device == running_mean.device, op, name, f"is on {t.device} but 'running_mean' is on {running_mean.device}")
+        check(t.dim() == 1 and t.shape[0] == channels, op, name,
+              f"must be a 1-D tensor of {channels} elements (as running_mean), got shape {list(t.shape)}")
+    check(running_var.dtype == running_mean.dtype, op, "running_var",
+          f"must have running_mean's dtype {running_mean.dtype}, got {running_var.dtype}")
+    check(var.dtype == mean.dtype, op, "var", f"must have mean's dtype {mean.dtype}, got {var.dtype}")
+    if num_batches_tracked is not None:
+        check(num_batches_tracked.dtype == torch.int64 and num_batches_tracked.numel() == 1, op, "num_batches_tracked",
+              f"must be an int64 tensor of one element, got {num_batches_tracked.dtype} of shape "
+              f"{list(num_batches_tracked.shape)}")
+        check(num_batches_tracked.device == running_mean.device, op, "num_batches_tracked",
+              f"is on {num_batches_tracked.device} but 'running_mean' is on {running_mean.device}")
+
+
 def check_batch_norm_stats(op, input, channels, mean, var, weight, bias):
     """Mirror of check_batch_norm_stats in csrc/shapes.cpp."""
     for t, name in ((mean, "mean"), (var, "var")):

@@ -41,8 +41,8 @@ def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[tuple, bool]:
     bn_bias, training, momentum, bn_eps of :func:`myops.ops.batch_norm_chain_call`), and whether
     the step still owes ``num_batches_tracked += 1``, nn.BatchNorm2d.forward's bookkeeping in
     training with tracked statistics. With momentum None the factor is the cumulative average
-    1 / num_batches_tracked, so the count goes up here; with a momentum the caller adds it after
-    the fused call, whose kernels then start ~20 us sooner (the add's launch is host time)."""
+    1 / num_batches_tracked, so the count goes up here; with a momentum the fused call adds it
+    with the running buffers' update, after its kernels (one launch fewer, none before them)."""
     training, momentum = bn.training, bn.momentum
     # (the buffers read once: each read of a module's parameter or buffer is a __getattr__ call)
     running_mean, running_var, count = bn.running_mean, bn.running_var, bn.num_batches_tracked
@@ -65,13 +65,11 @@ def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxP
     on its eager block)."""
     bn_args, owes_count = _batch_norm_arguments(bn)
     _, weight, bias, *conv_args = _conv_args(conv, input, output_size)
-    out = ops.batch_norm_chain_call(
+    return ops.batch_norm_chain_call(
         input, weight, bias, conv_args, *bn_args,
         (ops._pair(pool.kernel_size), ops._pair(pool.stride), ops._pair(pool.padding), ops._pair(pool.dilation)),
-        pool.ceil_mode, norm.num_groups, norm.weight, norm.bias, norm.eps)
-    if owes_count:
-        bn.num_batches_tracked.add_(1)
-    return out
+        pool.ceil_mode, norm.num_groups, norm.weight, norm.bias, norm.eps,
+        bn.num_batches_tracked if owes_count else None)
 
 
 def _require(cls: type, name: str, module, kinds: tuple) -> None:

@@ -299,3 +299,40 @@ def test_training_with_one_value_per_channel_is_reported_and_leaves_buffers():
     with pytest.raises(ValueError, match=f"myops.{OP}: expected more than 1 value per channel when training"):
         getattr(myops, OP)(x, w, running_mean=rm, running_var=rv, kernel_size=1, num_groups=1, training=True)
     assert torch.equal(rm, torch.zeros(3)) and torch.equal(rv, torch.ones(3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_update_running_stats_op_matches_batch_norm(device, dtype):
+    # myops.batch_norm_update_running_stats against aten's own update (F.batch_norm in training),
+    # given the batch's mean and biased variance in the statistics dtype; the counter steps by one
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 5, 3, device=device, dtype=dtype) * 3 + 1
+    rm = torch.randn(6, device=device, dtype=dtype)
+    rv = torch.rand(6, device=device, dtype=dtype) + 0.5
+    ref_m, ref_v = rm.clone(), rv.clone()
+    F.batch_norm(x, ref_m, ref_v, training=True, momentum=0.3)
+    var, mean = torch.var_mean(x.to(torch.float64 if dtype == torch.float64 else torch.float32), dim=(0, 2, 3),
+                               unbiased=False)
+    count = x.numel() // 6
+    nbt = torch.tensor(7, device=device)
+    torch.ops.myops.batch_norm_update_running_stats(rm, rv, mean, var, 0.3, count / (count - 1), nbt)
+    torch.testing.assert_close(rm, ref_m)
+    torch.testing.assert_close(rv, ref_v)
+    assert nbt.item() == 8
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_update_running_stats_op_on_strided_buffers(device):
+    # buffers that are views with a stride (the kernels index them with it), against float64; the
+    # elements between them stay as they were
+    rm_base, rv_base = torch.randn(12, device=device), torch.rand(18, device=device) + 0.5
+    rm, rv = rm_base[::2], rv_base[::3]
+    between_m, between_v = rm_base[1::2].clone(), rv_base[1::3].clone()
+    mean, var = torch.randn(6, device=device), torch.rand(6, device=device)
+    exp_m = 0.9 * rm.double() + 0.1 * mean.double()
+    exp_v = 0.9 * rv.double() + 0.1 * var.double() * 1.25
+    torch.ops.myops.batch_norm_update_running_stats(rm, rv, mean, var, 0.1, 1.25, None)
+    torch.testing.assert_close(rm.double(), exp_m, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(rv.double(), exp_v, rtol=1e-6, atol=1e-6)
+    assert torch.equal(rm_base[1::2], between_m) and torch.equal(rv_base[1::3], between_v)

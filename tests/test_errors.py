@@ -120,7 +120,28 @@ def C(device):
          ONE_CALL, "input"),
         ("one-call bn_weight", lambda: conv_chain(bn_weight=t(2, device=d), device=d), ONE_CALL, "bn_weight"),
         ("one-call pool", lambda: conv_chain(kernel_size=(6, 2), device=d), ONE_CALL, "kernel_size"),
+        ("update running_mean 2-D", lambda: update(rm=t(2, 2, device=d), device=d), UPDATE, "running_mean"),
+        ("update running_mean int", lambda: update(rm=torch.zeros(4, dtype=torch.int32, device=d), device=d), UPDATE,
+         "running_mean"),
+        ("update running_var length", lambda: update(rv=t(3, device=d), device=d), UPDATE, "running_var"),
+        ("update running_var dtype", lambda: update(rv=t(4, dtype=torch.float64, device=d), device=d), UPDATE,
+         "running_var"),
+        ("update mean length", lambda: update(mean=t(5, device=d), device=d), UPDATE, "mean"),
+        ("update var dtype", lambda: update(var=t(4, dtype=torch.float16, device=d), device=d), UPDATE, "var"),
+        ("update counter dtype", lambda: update(nbt=torch.tensor(1.0, device=d), device=d), UPDATE,
+         "num_batches_tracked"),
+        ("update counter shape", lambda: update(nbt=torch.zeros(2, dtype=torch.int64, device=d), device=d), UPDATE,
+         "num_batches_tracked"),
     ]
+
+
+UPDATE = "batch_norm_update_running_stats"
+
+
+def update(rm=None, rv=None, mean=None, var=None, nbt=None, device="cpu"):
+    rm, rv = (t(4, device=device) if v is None else v for v in (rm, rv))
+    mean, var = (t(4, device=device) if v is None else v for v in (mean, var))
+    return OPS.batch_norm_update_running_stats(rm, rv, mean, var, 0.1, 1.0, nbt)
 
 
 ONE_CALL = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
@@ -169,3 +190,11 @@ def test_python_api_refuses_single_value_groups_like_functional_group_norm():
                                          r"more than 1 value per group"):
         myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(t(1, 3, 2, 2), w, training=True, kernel_size=2,
                                                                      num_groups=2)
+
+
+def test_update_refuses_buffers_that_require_grad():
+    # the op writes the buffers below autograd: a buffer in a graph would silently lose the write
+    rm = torch.zeros(4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="myops::batch_norm_update_running_stats: argument 'running_mean' is "
+                                           "updated in place and must not require grad"):
+        OPS.batch_norm_update_running_stats(rm, torch.ones(4), t(4), t(4), 0.1, 1.0, None)

@@ -115,6 +115,21 @@ def conv_bn_chain_samples(device):
     return out
 
 
+def update_samples(device):
+    # (running_mean, running_var, mean, var, momentum, var_factor, num_batches_tracked): the buffers
+    # in every dtype, statistics float32 / float64, strided buffers, with and without the counter
+    f32 = torch.float32
+    count = lambda: torch.tensor(3, device=device)
+    out = []
+    for dt in (f32, torch.float64, torch.bfloat16, torch.float16):
+        stats = torch.float64 if dt == torch.float64 else f32
+        out.append((_t(5, device=device, dtype=dt), _t(5, device=device, dtype=dt).abs(), _t(5, device=device, dtype=stats),
+                    _t(5, device=device, dtype=stats).abs(), 0.1, 5 / 4, count() if dt != torch.bfloat16 else None))
+    out.append((_t(10, device=device)[::2], _t(15, device=device)[::3].abs(), _t(5, device=device),
+                _t(5, device=device).abs(), 0.3, 1.0, count()))
+    return out
+
+
 # op name -> samples as (args, kwargs)
 SAMPLES = {
     "conv_transpose2d": lambda d: [(a, {}) for a in conv_samples(d)],
@@ -125,6 +140,7 @@ SAMPLES = {
     "conv_transpose2d_channel_stats": lambda d: [(a, {}) for a in channel_stats_samples(d)],
     "batch_norm_tanh_max_pool2d_group_norm": lambda d: [(a, {}) for a in bn_chain_samples(d)],
     "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": lambda d: [(a, {}) for a in conv_bn_chain_samples(d)],
+    "batch_norm_update_running_stats": lambda d: [(a, {}) for a in update_samples(d)],
 }
 
 
@@ -161,6 +177,9 @@ def test_schemas_are_the_designed_ones():
         "Tensor? bn_bias, bool training, float bn_eps, int[2] kernel_size, int[2] pool_stride, int[2] pool_padding, "
         "int[2] pool_dilation, int num_groups, Tensor? gn_weight, Tensor? gn_bias, float gn_eps) "
         "-> (Tensor, Tensor, Tensor)",
+        "batch_norm_update_running_stats": "myops::batch_norm_update_running_stats(Tensor(a!) running_mean, "
+        "Tensor(b!) running_var, Tensor mean, Tensor var, float momentum, float var_factor, "
+        "Tensor(c!)? num_batches_tracked) -> ()",
     }
     for name, schema in expected.items():
         assert str(getattr(torch.ops.myops, name).default._schema) == schema

@@ -16,6 +16,7 @@
 #include "cuda/conv_transpose2d.cuh"
 #include "cuda/group_norm_follow.cuh"
 #include "cuda/norm_act.cuh"
+#include "cuda/running_stats.cuh"
 #include "shapes.h"
 
 namespace myops {
@@ -641,6 +642,23 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
       .contiguous(output_memory_format(input));
 }
 
+void batch_norm_update_running_stats_cuda(const at::Tensor& running_mean, const at::Tensor& running_var,
+                                          const at::Tensor& mean, const at::Tensor& var, double momentum,
+                                          double var_factor, const std::optional<at::Tensor>& num_batches_tracked) {
+  constexpr const char* kOp = "batch_norm_update_running_stats";
+  check_batch_norm_update_running_stats(kOp, running_mean, running_var, mean, var, num_batches_tracked);
+  const c10::cuda::CUDAGuard guard(running_mean.device());
+  // (the batch statistics are only read: the kernel takes them as const)
+  auto vec = [](const at::Tensor& t, void* data) { return cuda::StridedVector{data, t.stride(0), kernel_dtype(t.scalar_type())}; };
+  auto read = [&](const at::Tensor& t) { return vec(t, const_cast<void*>(t.const_data_ptr())); };
+  check_launch(cuda::batch_norm_update_running_stats(
+                   vec(running_mean, running_mean.data_ptr()), vec(running_var, running_var.data_ptr()), read(mean),
+                   read(var), running_mean.size(0), momentum,
+                   var_factor, num_batches_tracked.has_value() ? num_batches_tracked->data_ptr<int64_t>() : nullptr,
+                   at::cuda::getCurrentCUDAStream()),
+               kOp);
+}
+
 // The whole chain. Where the conv kernel can store 2 x 2 windows (ConvEpilogue::pool_windows)
 // and the pool is MaxPool2d(2, 2) (no padding or dilation), the intermediate holds each window's
 // max, or its min where BatchNorm's weight is negative (the sign of BN's scale: max-pool then sees
@@ -706,6 +724,7 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("conv_transpose2d_gelu_group_stats", &conv_transpose2d_gelu_group_stats_cuda);
   m.impl("conv_transpose2d_channel_stats", &conv_transpose2d_channel_stats_cuda);
   m.impl("batch_norm_tanh_max_pool2d_group_norm", &batch_norm_tanh_max_pool2d_group_norm_cuda);
+  m.impl("batch_norm_update_running_stats", &batch_norm_update_running_stats_cuda);
   m.impl("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
          &conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm_cuda);
 }
