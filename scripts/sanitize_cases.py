@@ -81,6 +81,11 @@ for dtype, tf32, source in ((torch.float32, True, "myops"), (torch.float32, Fals
         yref = F.group_norm(F.max_pool2d(torch.tanh(F.batch_norm(out.double(), None, None, training=True, eps=1e-5)),
                                          *pool), 2 if c_out % 2 == 0 else 1, gn_w.double(), None, 1e-5)
         worst = max(worst, ((y.double() - yref).abs().max() / yref.abs().max()).item())
+        # BatchNorm's buffer step on buffers of the input's dtype, one of them strided, and a counter
+        rm, rv = torch.zeros(2 * c_out, device=dev, dtype=dtype)[::2], torch.ones(c_out, device=dev, dtype=dtype)
+        torch.ops.myops.batch_norm_update_running_stats(rm, rv, mean, var, 0.1, 1.0, torch.zeros((), dtype=torch.int64,
+                                                                                                  device=dev))
+        worst = max(worst, ((rm.double() - 0.1 * mean.double()).abs().max() / ref.abs().max()).item())
 # channels-last inputs (a 16-bit one is the Hopper kernel's NHWC input as it is; float32 gets a
 # rounding copy) and an NCHW one with an odd pixel count (the staging's generic transpose)
 for dtype, shape in ((torch.bfloat16, (2, 16, 17, 20)), (torch.float32, (2, 16, 17, 20)), (torch.bfloat16, (1, 16, 15, 13))):
