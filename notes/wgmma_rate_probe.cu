@@ -1,0 +1,94 @@
+// Probe: the raw rate of the ping-pong kernel's MMA pattern (25 taps x Q strips of wgmma
+// m64n136k16 bf16, A and B from no-swizzle shared memory as conv_wgmma_pingpong_kernel lays them
+// out, commit + wait<0> per chunk), with no loads, barriers or epilogue.
+#include <cuda_bf16.h>
+#include <cstdio>
+#include <cstdint>
+#include "cuda/hopper_pipeline.cuh"
+#include "cuda/wgmma_ops.cuh"
+using namespace myops::cuda;
+constexpr int kTaps = 25, kHcols = 20, kHrows = 38;
+__device__ inline uint32_t saddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+template <int Q, int WGS, int N>
+__global__ void __launch_bounds__(128 * WGS, 1) probe(int iters, int chunk_wait, float* sink) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int plane = kHrows * kHcols * 16;           // one K-plane of the halo, 16 B per pixel
+  uint8_t* halo = smem;                              // 2 K-planes
+  uint8_t* w = smem + 2 * plane;                     // kTaps x [2 K-planes][64 rows][16 B]
+  for (int i = threadIdx.x; i < (2 * plane + kTaps * 2048) / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ (i * 2654435761u & 0x00ff00ffu);
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  float acc[Q][N / 2];
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int e = 0; e < N / 2; ++e) acc[q][e] = 0.f;
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
+    wgmma_fence();
+    for (int t = 0; t < kTaps; ++t) {
+      const int dy = 4 - t / 5, dx = 4 - t % 5;
+      const uint64_t a = wgmma_desc(saddr(w) + t * 2048, 1024, 128);
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        const uint64_t b = wgmma_desc(saddr(halo) + ((dy * kHcols + dx + 8 * (q + wg * Q)) % 64) * 16, plane, kHcols * 16);
+        wgmma_m64<N, __nv_bfloat16>(acc[q], a, b);
+      }
+    }
+    wgmma_commit();
+    if ((it + 1) % chunk_wait == 0) wgmma_wait<0>();
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
+  float s = 0.f;
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int e = 0; e < N / 2; ++e) s += acc[q][e];
+  if (s == 12345.f) sink[threadIdx.x] = s;
+}
+
+template <int Q, int WGS, int N>
+void run(const char* name, int chunk_wait) {
+  const int smem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
+  cudaFuncSetAttribute(probe<Q, WGS, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  float* sink;
+  cudaMalloc(&sink, 4096);
+  const int iters = 2000;
+  probe<Q, WGS, N><<<sms, 128 * WGS, smem>>>(50, chunk_wait, sink);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  float best = 1e9;
+  for (int r = 0; r < 3; ++r) {
+    cudaEventRecord(e0);
+    probe<Q, WGS, N><<<sms, 128 * WGS, smem>>>(iters, chunk_wait, sink);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    best = ms < best ? ms : best;
+  }
+  const double flops = 2.0 * sms * WGS * double(iters) * kTaps * Q * 64 * N * 16;
+  printf("%-44s wait every %d chunk(s): %.3f ms, %.0f TFLOP/s, %.1f ns per MMA per SM (err %s)\n", name, chunk_wait, best,
+         flops / best / 1e9, best * 1e6 / (double(iters) * kTaps * Q * WGS), cudaGetErrorString(cudaGetLastError()));
+  cudaFree(sink);
+}
+
+int main() {
+  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 1);
+  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 4);
+  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 1000000);
+  run<1, 2, 136>("2 warpgroups at once, 1 strip m64n136k16 each", 1);
+  run<2, 2, 136>("2 warpgroups at once, 2 strips each", 1);
+  run<2, 1, 128>("1 warpgroup, 2 strips m64n128k16", 1);
+  run<1, 1, 136>("1 warpgroup, 1 strip m64n136k16", 1);
+  return 0;
+}
