@@ -1,6 +1,10 @@
 // Probe: the raw rate of the ping-pong kernel's MMA pattern (25 taps x Q strips of wgmma
 // m64n136k16 bf16, A and B from no-swizzle shared memory as conv_wgmma_pingpong_kernel lays them
-// out, commit + wait<0> per chunk), with no loads, barriers or epilogue.
+// out, commit + wait<0> per chunk), with no loads, barriers or epilogue; then (probe_turns) two
+// consumer warpgroups taking tiles of 4 chunks in turn with the kernel's turn handoff (the next
+// tile's consumer starts once this one has issued its last chunk). Session 43, H100: `probe` ran
+// 905-907 TFLOP/s (40.6 ns per MMA per SM); probe_turns written after the device time ran out,
+// not run yet. Build: nvcc -std=c++17 -O3 -Icsrc -gencode=arch=compute_90a,code=sm_90a.
 #include <cuda_bf16.h>
 #include <cstdio>
 #include <cstdint>
@@ -53,6 +57,92 @@ __global__ void __launch_bounds__(128 * WGS, 1) probe(int iters, int chunk_wait,
   if (s == 12345.f) sink[threadIdx.x] = s;
 }
 
+// Two consumer warpgroups, tiles of kChunks chunks taken in turn: consumer k % 2 waits for its
+// turn (the other issued its previous tile's last chunk), issues its chunks (wait<0> after each),
+// hands the turn over after issuing its last chunk, as conv_wgmma_pingpong_kernel's consumers do.
+// partial_every > 0: every partial_every-th tile issues one strip only (the 34-column maps' last
+// tile of each row band).
+template <int N>
+__global__ void __launch_bounds__(256, 1) probe_turns(int tiles, int partial_every, float* sink) {
+  constexpr int kChunks = 4;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ __align__(8) uint64_t turn_bars[2];
+  const int plane = kHrows * kHcols * 16;
+  uint8_t* halo = smem;
+  uint8_t* w = smem + 2 * plane;
+  for (int i = threadIdx.x; i < (2 * plane + kTaps * 2048) / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ (i * 2654435761u & 0x00ff00ffu);
+  if (threadIdx.x == 0)
+    for (int c = 0; c < 2; ++c) mbar_init(saddr(&turn_bars[c]), 128);
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int me = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  float acc[2][N / 2];
+  int turns = 0;
+  float s = 0.f;
+  for (int k = me; k < tiles; k += 2) {
+    if (k > 0) mbar_wait(saddr(&turn_bars[me]), turns++ & 1);
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+      for (int e = 0; e < N / 2; ++e) acc[q][e] = 0.f;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
+    const bool partial = partial_every > 0 && k % partial_every == partial_every - 1;
+    for (int c = 0; c < kChunks; ++c) {
+      wgmma_fence();
+      for (int t = 0; t < kTaps; ++t) {
+        const int dy = 4 - t / 5, dx = 4 - t % 5;
+        const uint64_t a = wgmma_desc(saddr(w) + t * 2048, 1024, 128);
+        const uint64_t b = wgmma_desc(saddr(halo) + (dy * kHcols + dx) * 16, plane, kHcols * 16);
+        if (partial) {
+          wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+        } else {
+          wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+          wgmma_m64<N, __nv_bfloat16>(acc[1], a, b + 8);
+        }
+      }
+      wgmma_commit();
+      if (c + 1 == kChunks) mbar_arrive(saddr(&turn_bars[1 - me]));
+      wgmma_wait<0>();
+    }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
+    s += acc[0][0] + acc[1][N / 2 - 1];
+  }
+  if (s == 12345.f) sink[threadIdx.x] = s;
+}
+
+template <int N>
+void run_turns(const char* name, int partial_every) {
+  const int smem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
+  cudaFuncSetAttribute(probe_turns<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  float* sink;
+  cudaMalloc(&sink, 4096);
+  const int tiles = 400;
+  probe_turns<N><<<sms, 256, smem>>>(20, partial_every, sink);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  float best = 1e9;
+  for (int r = 0; r < 3; ++r) {
+    cudaEventRecord(e0);
+    probe_turns<N><<<sms, 256, smem>>>(tiles, partial_every, sink);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    best = ms < best ? ms : best;
+  }
+  const int partial = partial_every > 0 ? tiles / partial_every : 0;
+  const double mmas = (2.0 * (tiles - partial) + partial) * 4 * kTaps;  // per SM
+  printf("%-44s partial every %d: %.3f ms, %.0f TFLOP/s, %.1f ns per MMA per SM (err %s)\n", name, partial_every, best,
+         2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
+  cudaFree(sink);
+}
+
 template <int Q, int WGS, int N>
 void run(const char* name, int chunk_wait) {
   const int smem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
@@ -90,5 +180,7 @@ int main() {
   run<2, 2, 136>("2 warpgroups at once, 2 strips each", 1);
   run<2, 1, 128>("1 warpgroup, 2 strips m64n128k16", 1);
   run<1, 1, 136>("1 warpgroup, 1 strip m64n136k16", 1);
+  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0);
+  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3);
   return 0;
 }
