@@ -50,6 +50,32 @@ def test_gelu_chain_module_matches_its_layers(device, kwargs):
     assert_matches(fused(x), unfused(float64_twin(fused))(x.double().cpu()), tolerance(torch.float32, device))
 
 
+class _Scaled(nn.Module):
+    def forward(self, w):
+        return 2 * w
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_modules_read_parametrized_weights(device):
+    # the modules read parameters from the layers' own dicts (fast path); a parametrization moves
+    # the weight behind a property, which they must then read as the layers do
+    from torch.nn.utils import parametrize
+    fused = randomise(GeluChain(**GELU_CASES[0], device=device))
+    parametrize.register_parametrization(fused.conv, "weight", _Scaled())
+    parametrize.register_parametrization(fused.norm, "weight", _Scaled())
+    x = torch.randn(2, GELU_CASES[0]["in_channels"], 7, 9, device=device)
+    with torch.no_grad():
+        assert_matches(fused(x), unfused(fused)(x), tolerance(torch.float32, device))
+    fused_bn, eager_bn = bn_chain_pair(device)
+    for conv, bn in ((fused_bn.conv, fused_bn.bn), (eager_bn[0], eager_bn[1])):
+        parametrize.register_parametrization(conv, "weight", _Scaled())
+        parametrize.register_parametrization(bn, "weight", _Scaled())
+    x = torch.randn(3, 8, 6, 7, device=device)
+    with torch.no_grad():
+        assert_matches(fused_bn(x), eager_bn(x), tolerance(torch.float32, device))
+    assert_same_buffers(fused_bn, eager_bn, device)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gelu_chain_module_gradients_match_its_layers(device):
     fused = randomise(GeluChain(**GELU_CASES[1], device=device))
