@@ -113,74 +113,71 @@ __global__ void __launch_bounds__(256, 1) probe_turns(int tiles, int partial_eve
   if (s == 12345.f) sink[threadIdx.x] = s;
 }
 
-template <int N>
-void run_turns(const char* name, int partial_every) {
-  const int smem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
-  cudaFuncSetAttribute(probe_turns<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  float* sink;
-  cudaMalloc(&sink, 4096);
-  const int tiles = 400;
-  probe_turns<N><<<sms, 256, smem>>>(20, partial_every, sink);
+constexpr int kSmem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
+
+// The best of three timed launches (ms) after one warm-up launch, on one block per SM.
+template <typename Launch>
+float best_of_three(Launch launch) {
+  launch(true);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   float best = 1e9;
   for (int r = 0; r < 3; ++r) {
     cudaEventRecord(e0);
-    probe_turns<N><<<sms, 256, smem>>>(tiles, partial_every, sink);
+    launch(false);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms;
     cudaEventElapsedTime(&ms, e0, e1);
     best = ms < best ? ms : best;
   }
+  return best;
+}
+
+int sm_count() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  return sms;
+}
+
+template <int N>
+void run_turns(const char* name, int partial_every, float* sink) {
+  cudaFuncSetAttribute(probe_turns<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const int sms = sm_count(), tiles = 400;
+  const float best = best_of_three([&](bool warm_up) {
+    probe_turns<N><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink);
+  });
   const int partial = partial_every > 0 ? tiles / partial_every : 0;
   const double mmas = (2.0 * (tiles - partial) + partial) * 4 * kTaps;  // per SM
   printf("%-44s partial every %d: %.3f ms, %.0f TFLOP/s, %.1f ns per MMA per SM (err %s)\n", name, partial_every, best,
          2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
-  cudaFree(sink);
 }
 
 template <int Q, int WGS, int N>
-void run(const char* name, int chunk_wait) {
-  const int smem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
-  cudaFuncSetAttribute(probe<Q, WGS, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  float* sink;
-  cudaMalloc(&sink, 4096);
-  const int iters = 2000;
-  probe<Q, WGS, N><<<sms, 128 * WGS, smem>>>(50, chunk_wait, sink);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  float best = 1e9;
-  for (int r = 0; r < 3; ++r) {
-    cudaEventRecord(e0);
-    probe<Q, WGS, N><<<sms, 128 * WGS, smem>>>(iters, chunk_wait, sink);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    best = ms < best ? ms : best;
-  }
-  const double flops = 2.0 * sms * WGS * double(iters) * kTaps * Q * 64 * N * 16;
+void run(const char* name, int chunk_wait, float* sink) {
+  cudaFuncSetAttribute(probe<Q, WGS, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const int sms = sm_count(), iters = 2000;
+  const float best = best_of_three([&](bool warm_up) {
+    probe<Q, WGS, N><<<sms, 128 * WGS, kSmem>>>(warm_up ? 50 : iters, chunk_wait, sink);
+  });
+  const double mmas = double(iters) * kTaps * Q * WGS;  // per SM
   printf("%-44s wait every %d chunk(s): %.3f ms, %.0f TFLOP/s, %.1f ns per MMA per SM (err %s)\n", name, chunk_wait, best,
-         flops / best / 1e9, best * 1e6 / (double(iters) * kTaps * Q * WGS), cudaGetErrorString(cudaGetLastError()));
-  cudaFree(sink);
+         2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
 }
 
 int main() {
-  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 1);
-  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 4);
-  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 1000000);
-  run<1, 2, 136>("2 warpgroups at once, 1 strip m64n136k16 each", 1);
-  run<2, 2, 136>("2 warpgroups at once, 2 strips each", 1);
-  run<2, 1, 128>("1 warpgroup, 2 strips m64n128k16", 1);
-  run<1, 1, 136>("1 warpgroup, 1 strip m64n136k16", 1);
-  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0);
-  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3);
+  float* sink;
+  cudaMalloc(&sink, 4096);
+  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 1, sink);
+  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 4, sink);
+  run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 1000000, sink);
+  run<1, 2, 136>("2 warpgroups at once, 1 strip m64n136k16 each", 1, sink);
+  run<2, 2, 136>("2 warpgroups at once, 2 strips each", 1, sink);
+  run<2, 1, 128>("1 warpgroup, 2 strips m64n128k16", 1, sink);
+  run<1, 1, 136>("1 warpgroup, 1 strip m64n136k16", 1, sink);
+  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0, sink);
+  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3, sink);
+  cudaFree(sink);
   return 0;
 }
