@@ -104,7 +104,7 @@ void check_batch_norm_stats(const char* op, const at::Tensor& input, int64_t cha
 
 // All checks of batch_norm_update_running_stats (shared by its CPU and CUDA kernels):
 // running_mean / running_var 1-D floating buffers of one dtype and length, mean / var (one dtype)
-// as long and on the same device, num_batches_tracked (optional) one int64 there too.
+// of that length on the same device, num_batches_tracked (optional) one int64 there too.
 void check_batch_norm_update_running_stats(const char* op, const at::Tensor& running_mean,
                                            const at::Tensor& running_var, const at::Tensor& mean,
                                            const at::Tensor& var,

@@ -45,33 +45,35 @@ def _output_padding(conv: nn.ConvTranspose2d, input: Tensor, output_size: Option
 
 
 def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Sequence[int]]) -> tuple:
+    """(weight, bias, conv_args): conv's tensors and its (stride, padding, output_padding, groups,
+    dilation) as the ops' *_chain_call functions take them."""
     if conv.padding_mode != "zeros":  # as nn.ConvTranspose2d
         raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
-    return (input, _member(conv, "weight"), _member(conv, "bias"), list(conv.stride), list(conv.padding),
-            _output_padding(conv, input, output_size), conv.groups, list(conv.dilation))
+    return _member(conv, "weight"), _member(conv, "bias"), (
+        list(conv.stride), list(conv.padding), _output_padding(conv, input, output_size), conv.groups,
+        list(conv.dilation))
 
 
-def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[tuple, bool]:
+def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[tuple, Optional[Tensor]]:
     """The BatchNorm arguments of one forward step of ``bn`` (running_mean, running_var, bn_weight,
-    bn_bias, training, momentum, bn_eps of :func:`myops.ops.batch_norm_chain_call`), and whether
-    the step still owes ``num_batches_tracked += 1``, nn.BatchNorm2d.forward's bookkeeping in
-    training with tracked statistics. With momentum None the factor is the cumulative average
-    1 / num_batches_tracked, so the count goes up here; with a momentum the fused call adds it
-    with the running buffers' update, after its kernels (one launch fewer, none before them)."""
+    bn_bias, training, momentum, bn_eps of :func:`myops.ops.batch_norm_chain_call`), and the
+    ``num_batches_tracked`` the step still owes ``+= 1`` (or None), nn.BatchNorm2d.forward's
+    bookkeeping in training with tracked statistics. With momentum None the factor is the cumulative
+    average 1 / num_batches_tracked, so the count goes up here; with a momentum the fused call adds
+    it with the running buffers' update, after its kernels (one launch fewer, none before them)."""
     training, momentum = bn.training, bn.momentum
-    # (the buffers read once: each read of a module's parameter or buffer is a __getattr__ call)
     running_mean, running_var = _member(bn, "running_mean"), _member(bn, "running_var")
     count = _member(bn, "num_batches_tracked")
-    owes_count = training and bn.track_running_stats and count is not None
+    owed = count if training and bn.track_running_stats else None
     factor = 0.0 if momentum is None else momentum
-    if owes_count and momentum is None:
-        count.add_(1)
-        factor = 1.0 / float(count)
-        owes_count = False
+    if owed is not None and momentum is None:
+        owed.add_(1)
+        factor = 1.0 / float(owed)
+        owed = None
     if training and not bn.track_running_stats:  # buffers are updated in training only where tracked
         running_mean = running_var = None
     return (running_mean, running_var, _member(bn, "weight"), _member(bn, "bias"),
-            training or (running_mean is None and running_var is None), factor, bn.eps), owes_count
+            training or (running_mean is None and running_var is None), factor, bn.eps), owed
 
 
 def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxPool2d, norm: nn.GroupNorm,
@@ -79,13 +81,12 @@ def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxP
     """``norm(pool(tanh(bn(conv(input)))))`` as one call of the fused op, with the layers' own
     arguments and BatchNorm's bookkeeping (the forward of the module below; the bench calls it
     on its eager block)."""
-    bn_args, owes_count = _batch_norm_arguments(bn)
-    _, weight, bias, *conv_args = _conv_args(conv, input, output_size)
+    bn_args, owed_count = _batch_norm_arguments(bn)
+    weight, bias, conv_args = _conv_args(conv, input, output_size)
     return ops.batch_norm_chain_call(
         input, weight, bias, conv_args, *bn_args,
         (ops._pair(pool.kernel_size), ops._pair(pool.stride), ops._pair(pool.padding), ops._pair(pool.dilation)),
-        pool.ceil_mode, norm.num_groups, _member(norm, "weight"), _member(norm, "bias"), norm.eps,
-        _member(bn, "num_batches_tracked") if owes_count else None)
+        pool.ceil_mode, norm.num_groups, _member(norm, "weight"), _member(norm, "bias"), norm.eps, owed_count)
 
 
 def _require(cls: type, name: str, module, kinds: tuple) -> None:
@@ -139,7 +140,7 @@ class ConvTranspose2dGELUGroupNorm(nn.Module):
         return _adopt(cls, conv=conv, act=act, norm=norm)
 
     def forward(self, input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
-        _, weight, bias, *conv_args = _conv_args(_member(self, "conv"), input, output_size)
+        weight, bias, conv_args = _conv_args(_member(self, "conv"), input, output_size)
         norm = _member(self, "norm")
         return ops.gelu_group_norm_chain_call(input, weight, bias, conv_args, _member(self, "act").approximate,
                                               norm.num_groups, _member(norm, "weight"), _member(norm, "bias"), norm.eps)

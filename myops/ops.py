@@ -111,15 +111,12 @@ def gelu_group_norm_chain_call(input: Tensor, weight: Tensor, bias: Optional[Ten
     """The body of :func:`conv_transpose2d_gelu_group_norm`, its conv arguments already pairs
     (stride, padding, output_padding, groups, dilation): what the drop-in module calls, positionally
     (as :func:`batch_norm_chain_call`)."""
-    batched = input.dim() == 4
-    if weight.dim() == 4 and (input.dim() == 3 or batched and input.shape[0] == 1):
+    if weight.dim() == 4 and (input.dim() == 3 or input.dim() == 4 and input.shape[0] == 1):
         _check_group_values("myops.conv_transpose2d_gelu_group_norm", 1, weight.shape[1] * conv_args[3],
                             num_groups, lambda: math.prod(_conv_output_hw(input, weight, conv_args)))
     if _float32_params(input, gn_weight, gn_bias):  # GroupNorm in float32 on the statistics
         return _batched(input, lambda x: group_norm_with_stats(*torch.ops.myops.conv_transpose2d_gelu_group_stats(
             x, weight, bias, *conv_args, approximate, num_groups, eps), gn_weight, gn_bias))
-    if batched:
-        return _CONV_GELU_GROUP_NORM(input, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps)
     return _batched(input, lambda x: _CONV_GELU_GROUP_NORM(
         x, weight, bias, *conv_args, approximate, num_groups, gn_weight, gn_bias, eps))
 
@@ -211,8 +208,9 @@ def batch_norm_chain_call(input: Tensor, weight: Tensor, bias: Optional[Tensor],
     four_d = input.dim() == 4 and weight.dim() == 4
     if four_d and input.shape[0] == 1:  # only a batch of one can hold one value per channel or group
         _check_batch_of_one(op, input, weight, conv_args, pool_args, training, num_groups)
-    if not _float32_params(input, bn_weight, bn_bias, gn_weight, gn_bias) and not _needs_grad(
-            input, weight, bias, running_mean, running_var, bn_weight, bn_bias, gn_weight, gn_bias):
+    mixed = _float32_params(input, bn_weight, bn_bias, gn_weight, gn_bias)
+    if not mixed and not _needs_grad(input, weight, bias, running_mean, running_var, bn_weight, bn_bias, gn_weight,
+                                     gn_bias):
         # No gradient: the one-call op, free to pick a cheaper intermediate than the conv output.
         # (With one, the two ops below keep the conv output for backward instead of recomputing it.)
         y, mean, var = _CONV_BATCH_NORM_CHAIN(
@@ -228,8 +226,7 @@ def batch_norm_chain_call(input: Tensor, weight: Tensor, bias: Optional[Tensor],
         tail = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm
         args = (out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
         # mixed: BatchNorm to GroupNorm in float32 on the 16-bit conv output, as those norms compute
-        y = _autocast.in_float32(tail, _autocast.group_norm_dtype(out), *args) if _float32_params(
-            input, bn_weight, bn_bias, gn_weight, gn_bias) else tail(*args)
+        y = _autocast.in_float32(tail, _autocast.group_norm_dtype(out), *args) if mixed else tail(*args)
     if training and running_mean is not None and running_var is not None:
         # (the count once the kernels are queued: host arithmetic the GPU need not wait for)
         count = input.shape[0] * math.prod(_conv_output_hw(input, weight, conv_args)) if four_d else None
