@@ -225,6 +225,29 @@ def test_channels_last_staging_matches_register_path(device, dtype, cfg, monkeyp
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("input_path", [{}, {"MYOPS_DISABLE_NHWC_STAGING": "1"}], ids=["default", "registers"])
+def test_pingpong_kernel_many_tiles_per_block(device, dtype, input_path, monkeypatch):
+    # The persistent ping-pong kernel (34-row maps: 17-row strips) with ~6 tiles per block, so
+    # that both consumers take several tiles and overlap (per-consumer stage barriers, the turn
+    # handed over before a tile's last chunk), and 34 columns: every third tile has one strip
+    # inside the grid.
+    for k, v in input_path.items():
+        monkeypatch.setenv(k, v)
+    torch.manual_seed(0)
+    cfg = dict(N=64, C_in=64, C_out_g=128, groups=1, H=32, W=32, kH=5, kW=5, stride=(1, 1), dilation=(1, 1),
+               padding=(1, 1), output_padding=(0, 0), bias=True)
+    x, w, b = make_conv_inputs(cfg, dtype, device)
+    args = conv_args(cfg)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        torch.cuda.synchronize()
+    assert any("pingpong" in e.name for e in prof.events()), "expected the ping-pong wgmma kernel"
+    assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
+    assert torch.equal(out, torch.ops.myops.conv_transpose2d(x, w, b, *args))  # deterministic
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_channels_last_inputs_default_choice(device, dtype):
     # channels-last inputs through the kernel choice as shipped (on an H100 the wgmma kernel takes
     # them channels-last: a 16-bit one as it is, float32 through a rounding copy); the output keeps

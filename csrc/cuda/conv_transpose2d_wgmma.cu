@@ -27,7 +27,8 @@ constexpr int kWarpgroup = 128;
 //    other's MMAs (the consumer's 64 x 256-pixel accumulators need 128 registers).
 //  - conv_wgmma_pingpong_kernel (17-row strips, whose 68q accumulators do not fit 160
 //    registers: one block per SM): persistent, one producer and two consumer warpgroups taking
-//    the block's tiles in turn, so that one's epilogue runs under the other's MMAs in the block.
+//    the block's tiles alternately, so that one's epilogue (and its chunks' drains) run under the
+//    other's MMAs in the block.
 constexpr int kThreads = 2 * kWarpgroup;
 constexpr int kProducerRegs = 96, kConsumerRegs = 160;
 constexpr int blocks_per_sm(int rows) { return rows == 17 ? 1 : 2; }
@@ -46,9 +47,11 @@ constexpr int kPxPerThread = kMaxHalo / kWarpgroup;
 constexpr int kTapBytes = 2 * kBlockCh * 16;  // A of one tap and chunk: 2 K-planes x 64 rows x 16 B
 constexpr int kMaxStages = 4;
 constexpr int kMaxBoxSlots = 4;  // TMA input boxes in flight
-// mbarriers full[kMaxStages], empty[kMaxStages], (ping-pong) turn[2], box_full[kMaxBoxSlots],
-// box_empty[kMaxBoxSlots], padded to keep the pipeline 128-byte aligned (TMA destinations)
-constexpr int kTurnBarrier = 2 * kMaxStages, kBoxBarrier = kTurnBarrier + 2;
+// mbarriers full[kMaxStages], empty[kMaxStages], (ping-pong) the second consumer's full[kMaxStages]
+// and turn[2], box_full[kMaxBoxSlots], box_empty[kMaxBoxSlots], padded to keep the pipeline
+// 128-byte aligned (TMA destinations)
+constexpr int kSecondFullBarrier = 2 * kMaxStages, kTurnBarrier = kSecondFullBarrier + kMaxStages;
+constexpr int kBoxBarrier = kTurnBarrier + 2;
 constexpr int kBarrierBytes = 256;
 // the area's last 16 bytes: where the 16-bit box transposition sends box pixels outside the halo
 constexpr int kDiscardBytes = 16;
@@ -605,6 +608,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// The chunks a ping-pong consumer still has to issue when it hands the turn to the other: a
+// quarter of its tile's. H100, L2_11's conv (us, same build; 0 = the turn after the tile's last
+// chunk, 'none' = no turn): bfloat16, 4 chunks per tile, 0: 450-456, 1: 447-450, 2: 463-470,
+// none: 459-465; float32, 8 chunks, 0: 862-872, 1: 845-852, 2: 826-835, 4: 826-837, none:
+// 826-842. More overlap keeps both consumers' stages held longer, which the producer then waits for.
+__device__ inline int tile_turn_lead(int n_chunks) { return n_chunks / 4; }
+
 // Where tile t of the persistent walk lies: tiles of one image and 64-channel block are
 // consecutive (tile x of the phase grids, then channel block y of all groups, then image n).
 struct WgTile {
@@ -617,11 +627,17 @@ __device__ inline WgTile wg_tile(int64_t t, int64_t tiles_per_sample, int64_t co
 }
 
 // The pipeline is one sequence of chunks over the block's tiles: chunk i sits in stage
-// i % stages in round i / stages. full[s] completes when the producer warpgroup has stored the
-// chunk's halo (128 arrivals) and the chunk's weights have landed (bulk copy bytes); empty[s]
-// when the consumer's MMAs that read it have finished (128 arrivals). Consumers wait for their
-// chunks in sequence order (turn[]: a consumer starts a tile's MMAs once the other has issued its
-// previous tile's), so no one waits on a stage two rounds ahead, which parity could not tell.
+// i % stages in round i / stages; the block's k-th tile is consumer k % 2's. Its full barrier,
+// full[k % 2][s], completes when the producer warpgroup has stored the chunk's halo (128
+// arrivals) and the chunk's weights have landed (bulk copy bytes); empty[s] when the consumer's
+// MMAs that read it have finished (128 arrivals). A full barrier per consumer and stage sees only
+// that consumer's chunks, which it waits for in order, so its phase parity is always the right
+// one, whatever the other consumer does. (With one full barrier per stage a consumer could not
+// start a tile before the other had issued its whole tile's MMAs, or parity could not tell a
+// stage's round from the one two rounds on.) The turn (turn[], tile_turn_lead) then only paces
+// the consumers: a consumer starts a tile's MMAs once the other has a quarter of its tile's
+// chunks left to issue, so that the two overlap (one's MMAs fill the other's waits for its
+// chunks to drain) without both holding stages for long.
 // kIn: Registers or NhwcBoxes (one thread issues each chunk; full[s] waits for one arrival).
 // kWindows: the epilogue stores 2 x 2 windows (ep.pool_windows); its own build, since a runtime
 // choice between two kinds of stores made ptxas spill 50-100 bytes in every instance.
@@ -637,13 +653,13 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
   constexpr int kTW = 8 * Q;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t bars = smem_addr(smem), pipe = bars + kBarrierBytes;
-  auto full = [&](int s) { return bars + 8 * s; };
+  auto full = [&](int consumer, int s) { return bars + 8 * (consumer == 0 ? s : kSecondFullBarrier + s); };
   auto empty = [&](int s) { return bars + 8 * (kMaxStages + s); };
   auto turn = [&](int c) { return bars + 8 * (kTurnBarrier + c); };
   auto stage = [&](int s) { return static_cast<uint32_t>(s * sl.stage_bytes); };  // from pipe
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      mbar_init(full(s), kNhwc ? 1 : kWarpgroup);
+      for (int c = 0; c < 2; ++c) mbar_init(full(c, s), kNhwc ? 1 : kWarpgroup);
       mbar_init(empty(s), kWarpgroup);
     }
     for (int c = 0; c < 2; ++c) mbar_init(turn(c), kWarpgroup);
@@ -660,12 +676,14 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
     const int tid = threadIdx.x;
     const int64_t w_chunk_words = p.kH * p.kW * (kTapBytes / 4);
     int chunk_seq = 0;  // the pipeline position
-    for (int64_t t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+    int64_t k = 0;      // the block's tile count: tile k is consumer k % 2's
+    for (int64_t t = blockIdx.x; t < total_tiles; t += gridDim.x, ++k) {
       const WgTile tl = wg_tile(t, tiles_per_sample, col_blocks, col_tiles);
       const TileOrigin origin = locate_tile(phases, tl.x, R, kTW);
       const PhaseEntry& ph = phases.e[origin.phase];
       const int n_chunks = tile_chunks(ph);
       if (n_chunks == 0) continue;
+      const int owner = static_cast<int>(k % 2);
       const uint32_t w_bytes = static_cast<uint32_t>(ph.count_h * ph.count_w * kTapBytes);
       // prepared weights: [group][64-channel block][chunk][phase-ordered tap][one tap's A operand]
       const uint32_t* w_tap0 = wprep + (tl.g * col_tiles + tl.ct) * n_chunks * w_chunk_words + ph.tap_base * (kTapBytes / 4);
@@ -673,7 +691,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
         for (int c = 0; c < n_chunks; ++c, ++chunk_seq) {
           const int s = chunk_seq % stages, round = chunk_seq / stages;
           if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
-          issue_channels_last_chunk(input_map, sl, pipe + stage(s), full(s), w_tap0 + c * w_chunk_words, w_bytes,
+          issue_channels_last_chunk(input_map, sl, pipe + stage(s), full(owner, s), w_tap0 + c * w_chunk_words, w_bytes,
                                     tl.g * p.C_in_g + int64_t(c) * kCh, halo_col0(ph, origin.i0),
                                     halo_row0(ph, origin.j0), tl.n, kCh / 2);
         }
@@ -686,12 +704,12 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
         const int s = chunk_seq % stages, round = chunk_seq / stages;
         if (round > 0) mbar_wait(empty(s), (round - 1) & 1);
         if (tid == 0) {
-          mbar_expect_tx(full(s), w_bytes);
-          bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_tap0 + c * w_chunk_words, w_bytes, full(s));
+          mbar_expect_tx(full(owner, s), w_bytes);
+          bulk_copy_to_shared(pipe + stage(s) + sl.halo_bytes, w_tap0 + c * w_chunk_words, w_bytes, full(owner, s));
         }
         halo.store(smem + kBarrierBytes + stage(s), sl.halo_plane);
         fence_proxy_async_shared();
-        mbar_arrive(full(s));
+        mbar_arrive(full(owner, s));
         // issued after the fence (which may wait for this thread's outstanding accesses): in
         // flight while the thread waits for the next stage
         if (c + 1 < n_chunks) halo.load(c + 1);
@@ -704,7 +722,9 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
   // the accumulators.
   auto consume = [&](int me) {
     const int tid = threadIdx.x % kWarpgroup;
-    int chunk_seq = 0, turns = 0;
+    int chunk_seq = 0;
+    unsigned parity = 0;  // bit s: the parity of this consumer's next round of full(me, s)
+    int turns = 0;
     int64_t k = 0;
     for (int64_t t = blockIdx.x; t < total_tiles; t += gridDim.x, ++k) {
       const WgTile tl = wg_tile(t, tiles_per_sample, col_blocks, col_tiles);
@@ -732,14 +752,15 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       constexpr int rows_used = R;
       for (int c = 0; c < n_chunks; ++c) {
         const int s = (chunk_seq + c) % stages;
-        mbar_wait(full(s), ((chunk_seq + c) / stages) & 1);
+        mbar_wait(full(me, s), (parity >> s) & 1u);
+        parity ^= 1u << s;
         issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used, rows_used,
                                   wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128),
                                   wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16));
         // as in conv_wgmma_kernel, the stage goes back as soon as its MMAs are done (H100, same
         // build, queued ms: L2_11's conv float32 0.94 -> 0.90, its chain 1.04 -> 1.00, bfloat16
-        // chain 0.655 -> 0.635); the other consumer's turn once this tile's last chunk is issued
-        if (c + 1 == n_chunks) mbar_arrive(turn(1 - me));
+        // chain 0.655 -> 0.635)
+        if (c == n_chunks - 1 - tile_turn_lead(n_chunks)) mbar_arrive(turn(1 - me));
         wgmma_wait<0>();
         mbar_arrive(empty(s));
       }
