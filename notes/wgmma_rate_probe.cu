@@ -115,6 +115,73 @@ __global__ void __launch_bounds__(256, 1) probe_turns(int tiles, int partial_eve
 
 constexpr int kSmem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
 
+// probe_turns with the one-strip choice made once per tile, outside the chunk and tap loops, and
+// the turn handed over with one chunk left (as the kernel since session 44; kSplit: a one-strip
+// tile's taps alternate between both accumulators, two chains of MMAs).
+template <int N, int S, bool kSplit>
+__device__ __forceinline__ void turn_tile_mmas(float (&acc)[2][N / 2], uint32_t w, uint32_t halo, int plane,
+                                               uint32_t other_turn) {
+#pragma unroll 1
+  for (int c = 0; c < 4; ++c) {
+    wgmma_fence();
+    for (int t = 0; t < kTaps; ++t) {
+      const int dy = 4 - t / 5, dx = 4 - t % 5;
+      const uint64_t a = wgmma_desc(w + t * 2048, 1024, 128);
+      const uint64_t b = wgmma_desc(halo + (dy * kHcols + dx) * 16, plane, kHcols * 16);
+      if constexpr (S == 2) {
+        wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+        wgmma_m64<N, __nv_bfloat16>(acc[1], a, b + 8);
+      } else if constexpr (kSplit) {
+        if (t % 2 == 0) wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+        else wgmma_m64<N, __nv_bfloat16>(acc[1], a, b);
+      } else {
+        wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+      }
+    }
+    wgmma_commit();
+    if (c == 2) mbar_arrive(other_turn);  // the turn with one chunk left, as the kernel's
+    wgmma_wait<0>();
+  }
+}
+
+template <int N, bool kSplit>
+__global__ void __launch_bounds__(256, 1) probe_turns_hoisted(int tiles, int partial_every, float* sink) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ __align__(8) uint64_t turn_bars[2];
+  const int plane = kHrows * kHcols * 16;
+  uint8_t* halo = smem;
+  uint8_t* w = smem + 2 * plane;
+  for (int i = threadIdx.x; i < (2 * plane + kTaps * 2048) / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ (i * 2654435761u & 0x00ff00ffu);
+  if (threadIdx.x == 0)
+    for (int c = 0; c < 2; ++c) mbar_init(saddr(&turn_bars[c]), 128);
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int me = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  float acc[2][N / 2];
+  int turns = 0;
+  float s = 0.f;
+  for (int k = me; k < tiles; k += 2) {
+    if (k > 0) mbar_wait(saddr(&turn_bars[me]), turns++ & 1);
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+      for (int e = 0; e < N / 2; ++e) acc[q][e] = 0.f;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
+    if (partial_every > 0 && k % partial_every == partial_every - 1)
+      turn_tile_mmas<N, 1, kSplit>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]));
+    else
+      turn_tile_mmas<N, 2, kSplit>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]));
+#pragma unroll
+    for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
+    s += acc[0][0] + acc[1][N / 2 - 1];
+  }
+  if (s == 12345.f) sink[threadIdx.x] = s;
+}
+
+
+
 // The best of three timed launches (ms) after one warm-up launch, on one block per SM.
 template <typename Launch>
 float best_of_three(Launch launch) {
@@ -166,6 +233,19 @@ void run(const char* name, int chunk_wait, float* sink) {
          2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
 }
 
+template <int N, bool kSplit>
+void run_hoisted(const char* name, int partial_every, float* sink) {
+  cudaFuncSetAttribute(probe_turns_hoisted<N, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const int sms = sm_count(), tiles = 400;
+  const float best = best_of_three([&](bool warm_up) {
+    probe_turns_hoisted<N, kSplit><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink);
+  });
+  const int partial = partial_every > 0 ? tiles / partial_every : 0;
+  const double mmas = (2.0 * (tiles - partial) + partial) * 4 * kTaps;  // per SM
+  printf("%-44s partial every %d: %.3f ms, %.0f TFLOP/s, %.1f ns per MMA per SM (err %s)\n", name, partial_every, best,
+         2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
+}
+
 int main() {
   float* sink;
   cudaMalloc(&sink, 4096);
@@ -176,6 +256,11 @@ int main() {
   run<2, 2, 136>("2 warpgroups at once, 2 strips each", 1, sink);
   run<2, 1, 128>("1 warpgroup, 2 strips m64n128k16", 1, sink);
   run<1, 1, 136>("1 warpgroup, 1 strip m64n136k16", 1, sink);
+  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0, sink);
+  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3, sink);
+  run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", 0, sink);
+  run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", 3, sink);
+  run_hoisted<136, true>("... one-strip tiles on two accumulators", 3, sink);
   run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0, sink);
   run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3, sink);
   cudaFree(sink);
