@@ -2,9 +2,11 @@
 // m64n136k16 bf16, A and B from no-swizzle shared memory as conv_wgmma_pingpong_kernel lays them
 // out, commit + wait<0> per chunk), with no loads, barriers or epilogue; then (probe_turns) two
 // consumer warpgroups taking tiles of 4 chunks in turn with the kernel's turn handoff (the next
-// tile's consumer starts once this one has issued its last chunk). Session 43, H100: `probe` ran
-// 905-907 TFLOP/s (40.6 ns per MMA per SM); probe_turns written after the device time ran out,
-// not run yet. Build: nvcc -std=c++17 -O3 -Icsrc -gencode=arch=compute_90a,code=sm_90a.
+// tile's consumer starts once this one has issued its last chunk), and (probe_turns_hoisted) the
+// session-44 turn one chunk early, the one-strip choice made once per tile. H100 results in
+// NOTES_GPU.md (sessions 43, 44); the later variants move 5-10% with their place in the run (run
+// them in separate processes, alternating, before trusting a difference under 10%).
+// Build: nvcc -std=c++17 -O3 -Icsrc -gencode=arch=compute_90a,code=sm_90a.
 #include <cuda_bf16.h>
 #include <cstdio>
 #include <cstdint>
@@ -118,14 +120,16 @@ constexpr int kSmem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
 // probe_turns with the one-strip choice made once per tile, outside the chunk and tap loops, and
 // the turn handed over with one chunk left (as the kernel since session 44; kSplit: a one-strip
 // tile's taps alternate between both accumulators, two chains of MMAs).
+// cnt > 0: the taps as the kernel walks them, cnt x cnt from runtime counts (not unrolled)
 template <int N, int S, bool kSplit>
 __device__ __forceinline__ void turn_tile_mmas(float (&acc)[2][N / 2], uint32_t w, uint32_t halo, int plane,
-                                               uint32_t other_turn) {
+                                               uint32_t other_turn, int cnt) {
 #pragma unroll 1
   for (int c = 0; c < 4; ++c) {
     wgmma_fence();
-    for (int t = 0; t < kTaps; ++t) {
-      const int dy = 4 - t / 5, dx = 4 - t % 5;
+    const int taps = cnt > 0 ? cnt * cnt : kTaps, cols = cnt > 0 ? cnt : 5;
+    for (int t = 0; t < (cnt > 0 ? taps : kTaps); ++t) {
+      const int dy = cols - 1 - t / cols, dx = cols - 1 - t % cols;
       const uint64_t a = wgmma_desc(w + t * 2048, 1024, 128);
       const uint64_t b = wgmma_desc(halo + (dy * kHcols + dx) * 16, plane, kHcols * 16);
       if constexpr (S == 2) {
@@ -145,7 +149,7 @@ __device__ __forceinline__ void turn_tile_mmas(float (&acc)[2][N / 2], uint32_t 
 }
 
 template <int N, bool kSplit>
-__global__ void __launch_bounds__(256, 1) probe_turns_hoisted(int tiles, int partial_every, float* sink) {
+__global__ void __launch_bounds__(256, 1) probe_turns_hoisted(int tiles, int partial_every, float* sink, int cnt) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t turn_bars[2];
   const int plane = kHrows * kHcols * 16;
@@ -170,9 +174,9 @@ __global__ void __launch_bounds__(256, 1) probe_turns_hoisted(int tiles, int par
 #pragma unroll
     for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
     if (partial_every > 0 && k % partial_every == partial_every - 1)
-      turn_tile_mmas<N, 1, kSplit>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]));
+      turn_tile_mmas<N, 1, kSplit>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), cnt);
     else
-      turn_tile_mmas<N, 2, kSplit>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]));
+      turn_tile_mmas<N, 2, kSplit>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), cnt);
 #pragma unroll
     for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
     s += acc[0][0] + acc[1][N / 2 - 1];
@@ -234,11 +238,11 @@ void run(const char* name, int chunk_wait, float* sink) {
 }
 
 template <int N, bool kSplit>
-void run_hoisted(const char* name, int partial_every, float* sink) {
+void run_hoisted(const char* name, int partial_every, float* sink, int cnt = 0) {
   cudaFuncSetAttribute(probe_turns_hoisted<N, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   const int sms = sm_count(), tiles = 400;
   const float best = best_of_three([&](bool warm_up) {
-    probe_turns_hoisted<N, kSplit><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink);
+    probe_turns_hoisted<N, kSplit><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink, cnt);
   });
   const int partial = partial_every > 0 ? tiles / partial_every : 0;
   const double mmas = (2.0 * (tiles - partial) + partial) * 4 * kTaps;  // per SM
@@ -261,6 +265,8 @@ int main() {
   run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", 0, sink);
   run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", 3, sink);
   run_hoisted<136, true>("... one-strip tiles on two accumulators", 3, sink);
+  run_hoisted<136, false>("... 5 x 5 taps from runtime counts", 0, sink, 5);
+  run_hoisted<136, false>("... 5 x 5 taps from runtime counts", 3, sink, 5);
   run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0, sink);
   run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3, sink);
   cudaFree(sink);
