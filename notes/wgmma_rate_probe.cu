@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cstdio>
 #include <cstdint>
+#include <string>
 #include "cuda/hopper_pipeline.cuh"
 #include "cuda/wgmma_ops.cuh"
 using namespace myops::cuda;
@@ -120,15 +121,15 @@ constexpr int kSmem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
 // probe_turns with the one-strip choice made once per tile, outside the chunk and tap loops, and
 // the turn handed over with one chunk left (as the kernel since session 44; kSplit: a one-strip
 // tile's taps alternate between both accumulators, two chains of MMAs).
-// cnt > 0: the taps as the kernel walks them, cnt x cnt from runtime counts (not unrolled)
-template <int N, int S, bool kSplit>
+// kRuntimeTaps: the taps as the kernel walks them, cnt x cnt from a runtime count (not unrolled)
+template <int N, int S, bool kSplit, bool kRuntimeTaps>
 __device__ __forceinline__ void turn_tile_mmas(float (&acc)[2][N / 2], uint32_t w, uint32_t halo, int plane,
                                                uint32_t other_turn, int cnt) {
 #pragma unroll 1
   for (int c = 0; c < 4; ++c) {
     wgmma_fence();
-    const int taps = cnt > 0 ? cnt * cnt : kTaps, cols = cnt > 0 ? cnt : 5;
-    for (int t = 0; t < (cnt > 0 ? taps : kTaps); ++t) {
+    const int taps = kRuntimeTaps ? cnt * cnt : kTaps, cols = kRuntimeTaps ? cnt : 5;
+    for (int t = 0; t < (kRuntimeTaps ? taps : kTaps); ++t) {
       const int dy = cols - 1 - t / cols, dx = cols - 1 - t % cols;
       const uint64_t a = wgmma_desc(w + t * 2048, 1024, 128);
       const uint64_t b = wgmma_desc(halo + (dy * kHcols + dx) * 16, plane, kHcols * 16);
@@ -148,7 +149,7 @@ __device__ __forceinline__ void turn_tile_mmas(float (&acc)[2][N / 2], uint32_t 
   }
 }
 
-template <int N, bool kSplit>
+template <int N, bool kSplit, bool kRuntimeTaps>
 __global__ void __launch_bounds__(256, 1) probe_turns_hoisted(int tiles, int partial_every, float* sink, int cnt) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t turn_bars[2];
@@ -174,9 +175,9 @@ __global__ void __launch_bounds__(256, 1) probe_turns_hoisted(int tiles, int par
 #pragma unroll
     for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
     if (partial_every > 0 && k % partial_every == partial_every - 1)
-      turn_tile_mmas<N, 1, kSplit>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), cnt);
+      turn_tile_mmas<N, 1, kSplit, kRuntimeTaps>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), cnt);
     else
-      turn_tile_mmas<N, 2, kSplit>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), cnt);
+      turn_tile_mmas<N, 2, kSplit, kRuntimeTaps>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), cnt);
 #pragma unroll
     for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
     s += acc[0][0] + acc[1][N / 2 - 1];
@@ -237,12 +238,12 @@ void run(const char* name, int chunk_wait, float* sink) {
          2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
 }
 
-template <int N, bool kSplit>
-void run_hoisted(const char* name, int partial_every, float* sink, int cnt = 0) {
-  cudaFuncSetAttribute(probe_turns_hoisted<N, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+template <int N, bool kSplit, bool kRuntimeTaps = false>
+void run_hoisted(const char* name, int partial_every, float* sink, int cnt = 5) {
+  cudaFuncSetAttribute(probe_turns_hoisted<N, kSplit, kRuntimeTaps>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   const int sms = sm_count(), tiles = 400;
   const float best = best_of_three([&](bool warm_up) {
-    probe_turns_hoisted<N, kSplit><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink, cnt);
+    probe_turns_hoisted<N, kSplit, kRuntimeTaps><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink, cnt);
   });
   const int partial = partial_every > 0 ? tiles / partial_every : 0;
   const double mmas = (2.0 * (tiles - partial) + partial) * 4 * kTaps;  // per SM
@@ -250,9 +251,22 @@ void run_hoisted(const char* name, int partial_every, float* sink, int cnt = 0) 
          2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
 }
 
-int main() {
+// No argument: every variant in one process (their order moves the later ones 5-10%); one of
+// turns / hoisted / hoisted_runtime_taps: that variant alone, with and without one-strip tiles.
+int main(int argc, char** argv) {
   float* sink;
   cudaMalloc(&sink, 4096);
+  if (argc > 1) {
+    const std::string v = argv[1];
+    for (int partial : {0, 3}) {
+      if (v == "turns") run_turns<136>("2 consumers in turn, tiles of 4 chunks", partial, sink);
+      if (v == "hoisted") run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", partial, sink);
+      if (v == "hoisted_runtime_taps")
+        run_hoisted<136, false, true>("... 5 x 5 taps from runtime counts", partial, sink);
+    }
+    cudaFree(sink);
+    return 0;
+  }
   run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 1, sink);
   run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 4, sink);
   run<2, 1, 136>("ours: 1 warpgroup, 2 strips m64n136k16", 1000000, sink);
@@ -265,8 +279,8 @@ int main() {
   run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", 0, sink);
   run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", 3, sink);
   run_hoisted<136, true>("... one-strip tiles on two accumulators", 3, sink);
-  run_hoisted<136, false>("... 5 x 5 taps from runtime counts", 0, sink, 5);
-  run_hoisted<136, false>("... 5 x 5 taps from runtime counts", 3, sink, 5);
+  run_hoisted<136, false, true>("... 5 x 5 taps from runtime counts", 0, sink);
+  run_hoisted<136, false, true>("... 5 x 5 taps from runtime counts", 3, sink);
   run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0, sink);
   run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3, sink);
   cudaFree(sink);
