@@ -2,7 +2,7 @@
 // m64n136k16 bf16, A and B from no-swizzle shared memory as conv_wgmma_pingpong_kernel lays them
 // out, commit + wait<0> per chunk), with no loads, barriers or epilogue; then (probe_turns) two
 // consumer warpgroups taking tiles of 4 chunks in turn with the kernel's turn handoff (the next
-// tile's consumer starts once this one has issued its last chunk), and (probe_turns_hoisted) the
+// tile's consumer starts once this one has issued its last chunk), and (probe_turns with HoistedTile) the
 // session-44 turn one chunk early, the one-strip choice made once per tile. H100 results in
 // NOTES_GPU.md (sessions 43, 44); the later variants move 5-10% with their place in the run (run
 // them in separate processes, alternating, before trusting a difference under 10%).
@@ -17,14 +17,30 @@ using namespace myops::cuda;
 constexpr int kTaps = 25, kHcols = 20, kHrows = 38;
 __device__ inline uint32_t saddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
+// The halo's two K-planes and the taps' weights: bfloat16 values near 1 (no zeros, no NaN).
+__device__ inline void fill_operands(uint8_t* smem, int plane) {
+  for (int i = threadIdx.x; i < (2 * plane + kTaps * 2048) / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ (i * 2654435761u & 0x00ff00ffu);
+}
+
+// A consumer's two strips' accumulators, zeroed at a tile's start.
+template <int N>
+__device__ inline void zero_accumulators(float (&acc)[2][N / 2]) {
+#pragma unroll
+  for (int q = 0; q < 2; ++q)
+#pragma unroll
+    for (int e = 0; e < N / 2; ++e) acc[q][e] = 0.f;
+#pragma unroll
+  for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
+}
+
 template <int Q, int WGS, int N>
 __global__ void __launch_bounds__(128 * WGS, 1) probe(int iters, int chunk_wait, float* sink) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int plane = kHrows * kHcols * 16;           // one K-plane of the halo, 16 B per pixel
   uint8_t* halo = smem;                              // 2 K-planes
   uint8_t* w = smem + 2 * plane;                     // kTaps x [2 K-planes][64 rows][16 B]
-  for (int i = threadIdx.x; i < (2 * plane + kTaps * 2048) / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ (i * 2654435761u & 0x00ff00ffu);
+  fill_operands(smem, plane);
   fence_proxy_async_shared();
   __syncthreads();
   const int wg = threadIdx.x / 128;
@@ -60,21 +76,88 @@ __global__ void __launch_bounds__(128 * WGS, 1) probe(int iters, int chunk_wait,
   if (s == 12345.f) sink[threadIdx.x] = s;
 }
 
-// Two consumer warpgroups, tiles of kChunks chunks taken in turn: consumer k % 2 waits for its
-// turn (the other issued its previous tile's last chunk), issues its chunks (wait<0> after each),
-// hands the turn over after issuing its last chunk, as conv_wgmma_pingpong_kernel's consumers do.
-// partial_every > 0: every partial_every-th tile issues one strip only (the 34-column maps' last
-// tile of each row band).
-template <int N>
-__global__ void __launch_bounds__(256, 1) probe_turns(int tiles, int partial_every, float* sink) {
-  constexpr int kChunks = 4;
+// Two consumer warpgroups taking tiles of 4 chunks in turn, as conv_wgmma_pingpong_kernel's
+// consumers do: consumer k % 2 waits for its turn, issues its tile's chunks (commit, wait<0> after
+// each) and hands the turn over at a chunk Body chooses. partial_every > 0: every
+// partial_every-th tile issues one strip only (the 34-column maps' last tile of each row band).
+constexpr int kChunks = 4;
+
+// probe_turns' tile before session 44: the one-strip test inside the tap loop, the turn handed
+// over after the tile's last chunk.
+struct InLoopTile {
+  template <int N>
+  __device__ static void run(float (&acc)[2][N / 2], uint32_t w, uint32_t halo, int plane, uint32_t other_turn,
+                             bool partial, int) {
+    for (int c = 0; c < kChunks; ++c) {
+      wgmma_fence();
+      for (int t = 0; t < kTaps; ++t) {
+        const int dy = 4 - t / 5, dx = 4 - t % 5;
+        const uint64_t a = wgmma_desc(w + t * 2048, 1024, 128);
+        const uint64_t b = wgmma_desc(halo + (dy * kHcols + dx) * 16, plane, kHcols * 16);
+        if (partial) {
+          wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+        } else {
+          wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+          wgmma_m64<N, __nv_bfloat16>(acc[1], a, b + 8);
+        }
+      }
+      wgmma_commit();
+      if (c + 1 == kChunks) mbar_arrive(other_turn);
+      wgmma_wait<0>();
+    }
+  }
+};
+
+// The one-strip choice made once per tile, outside the chunk and tap loops, and the turn handed
+// over with one chunk left (as the kernel since session 44). kSplit: a one-strip tile's taps
+// alternate between both accumulators (two chains of MMAs). kRuntimeTaps: the taps as the kernel
+// walks them, cnt x cnt from a runtime count (not unrolled).
+template <bool kSplit, bool kRuntimeTaps>
+struct HoistedTile {
+  template <int N, int S>
+  __device__ static void chunks(float (&acc)[2][N / 2], uint32_t w, uint32_t halo, int plane, uint32_t other_turn,
+                                int cnt) {
+#pragma unroll 1
+    for (int c = 0; c < kChunks; ++c) {
+      wgmma_fence();
+      const int taps = kRuntimeTaps ? cnt * cnt : kTaps, cols = kRuntimeTaps ? cnt : 5;
+      for (int t = 0; t < (kRuntimeTaps ? taps : kTaps); ++t) {
+        const int dy = cols - 1 - t / cols, dx = cols - 1 - t % cols;
+        const uint64_t a = wgmma_desc(w + t * 2048, 1024, 128);
+        const uint64_t b = wgmma_desc(halo + (dy * kHcols + dx) * 16, plane, kHcols * 16);
+        if constexpr (S == 2) {
+          wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+          wgmma_m64<N, __nv_bfloat16>(acc[1], a, b + 8);
+        } else if constexpr (kSplit) {
+          if (t % 2 == 0) wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+          else wgmma_m64<N, __nv_bfloat16>(acc[1], a, b);
+        } else {
+          wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+        }
+      }
+      wgmma_commit();
+      if (c == kChunks - 2) mbar_arrive(other_turn);  // the turn with one chunk left
+      wgmma_wait<0>();
+    }
+  }
+  template <int N>
+  __device__ static void run(float (&acc)[2][N / 2], uint32_t w, uint32_t halo, int plane, uint32_t other_turn,
+                             bool partial, int cnt) {
+    if (partial)
+      chunks<N, 1>(acc, w, halo, plane, other_turn, cnt);
+    else
+      chunks<N, 2>(acc, w, halo, plane, other_turn, cnt);
+  }
+};
+
+template <int N, typename Tile>
+__global__ void __launch_bounds__(256, 1) probe_turns(int tiles, int partial_every, float* sink, int cnt) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t turn_bars[2];
   const int plane = kHrows * kHcols * 16;
   uint8_t* halo = smem;
   uint8_t* w = smem + 2 * plane;
-  for (int i = threadIdx.x; i < (2 * plane + kTaps * 2048) / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ (i * 2654435761u & 0x00ff00ffu);
+  fill_operands(smem, plane);
   if (threadIdx.x == 0)
     for (int c = 0; c < 2; ++c) mbar_init(saddr(&turn_bars[c]), 128);
   fence_proxy_async_shared();
@@ -85,30 +168,9 @@ __global__ void __launch_bounds__(256, 1) probe_turns(int tiles, int partial_eve
   float s = 0.f;
   for (int k = me; k < tiles; k += 2) {
     if (k > 0) mbar_wait(saddr(&turn_bars[me]), turns++ & 1);
-#pragma unroll
-    for (int q = 0; q < 2; ++q)
-#pragma unroll
-      for (int e = 0; e < N / 2; ++e) acc[q][e] = 0.f;
-#pragma unroll
-    for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
+    zero_accumulators<N>(acc);
     const bool partial = partial_every > 0 && k % partial_every == partial_every - 1;
-    for (int c = 0; c < kChunks; ++c) {
-      wgmma_fence();
-      for (int t = 0; t < kTaps; ++t) {
-        const int dy = 4 - t / 5, dx = 4 - t % 5;
-        const uint64_t a = wgmma_desc(saddr(w) + t * 2048, 1024, 128);
-        const uint64_t b = wgmma_desc(saddr(halo) + (dy * kHcols + dx) * 16, plane, kHcols * 16);
-        if (partial) {
-          wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
-        } else {
-          wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
-          wgmma_m64<N, __nv_bfloat16>(acc[1], a, b + 8);
-        }
-      }
-      wgmma_commit();
-      if (c + 1 == kChunks) mbar_arrive(saddr(&turn_bars[1 - me]));
-      wgmma_wait<0>();
-    }
+    Tile::template run<N>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), partial, cnt);
 #pragma unroll
     for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
     s += acc[0][0] + acc[1][N / 2 - 1];
@@ -118,72 +180,6 @@ __global__ void __launch_bounds__(256, 1) probe_turns(int tiles, int partial_eve
 
 constexpr int kSmem = 2 * kHrows * kHcols * 16 + kTaps * 2048;
 
-// probe_turns with the one-strip choice made once per tile, outside the chunk and tap loops, and
-// the turn handed over with one chunk left (as the kernel since session 44; kSplit: a one-strip
-// tile's taps alternate between both accumulators, two chains of MMAs).
-// kRuntimeTaps: the taps as the kernel walks them, cnt x cnt from a runtime count (not unrolled)
-template <int N, int S, bool kSplit, bool kRuntimeTaps>
-__device__ __forceinline__ void turn_tile_mmas(float (&acc)[2][N / 2], uint32_t w, uint32_t halo, int plane,
-                                               uint32_t other_turn, int cnt) {
-#pragma unroll 1
-  for (int c = 0; c < 4; ++c) {
-    wgmma_fence();
-    const int taps = kRuntimeTaps ? cnt * cnt : kTaps, cols = kRuntimeTaps ? cnt : 5;
-    for (int t = 0; t < (kRuntimeTaps ? taps : kTaps); ++t) {
-      const int dy = cols - 1 - t / cols, dx = cols - 1 - t % cols;
-      const uint64_t a = wgmma_desc(w + t * 2048, 1024, 128);
-      const uint64_t b = wgmma_desc(halo + (dy * kHcols + dx) * 16, plane, kHcols * 16);
-      if constexpr (S == 2) {
-        wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
-        wgmma_m64<N, __nv_bfloat16>(acc[1], a, b + 8);
-      } else if constexpr (kSplit) {
-        if (t % 2 == 0) wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
-        else wgmma_m64<N, __nv_bfloat16>(acc[1], a, b);
-      } else {
-        wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
-      }
-    }
-    wgmma_commit();
-    if (c == 2) mbar_arrive(other_turn);  // the turn with one chunk left, as the kernel's
-    wgmma_wait<0>();
-  }
-}
-
-template <int N, bool kSplit, bool kRuntimeTaps>
-__global__ void __launch_bounds__(256, 1) probe_turns_hoisted(int tiles, int partial_every, float* sink, int cnt) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ __align__(8) uint64_t turn_bars[2];
-  const int plane = kHrows * kHcols * 16;
-  uint8_t* halo = smem;
-  uint8_t* w = smem + 2 * plane;
-  for (int i = threadIdx.x; i < (2 * plane + kTaps * 2048) / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(smem)[i] = 0x3c003c00u ^ (i * 2654435761u & 0x00ff00ffu);
-  if (threadIdx.x == 0)
-    for (int c = 0; c < 2; ++c) mbar_init(saddr(&turn_bars[c]), 128);
-  fence_proxy_async_shared();
-  __syncthreads();
-  const int me = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
-  float acc[2][N / 2];
-  int turns = 0;
-  float s = 0.f;
-  for (int k = me; k < tiles; k += 2) {
-    if (k > 0) mbar_wait(saddr(&turn_bars[me]), turns++ & 1);
-#pragma unroll
-    for (int q = 0; q < 2; ++q)
-#pragma unroll
-      for (int e = 0; e < N / 2; ++e) acc[q][e] = 0.f;
-#pragma unroll
-    for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
-    if (partial_every > 0 && k % partial_every == partial_every - 1)
-      turn_tile_mmas<N, 1, kSplit, kRuntimeTaps>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), cnt);
-    else
-      turn_tile_mmas<N, 2, kSplit, kRuntimeTaps>(acc, saddr(w), saddr(halo), plane, saddr(&turn_bars[1 - me]), cnt);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
-    s += acc[0][0] + acc[1][N / 2 - 1];
-  }
-  if (s == 12345.f) sink[threadIdx.x] = s;
-}
 
 
 
@@ -213,15 +209,16 @@ int sm_count() {
   return sms;
 }
 
-template <int N>
-void run_turns(const char* name, int partial_every, float* sink) {
-  cudaFuncSetAttribute(probe_turns<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+// probe_turns with Tile's tiles; cnt: the runtime tap count of HoistedTile<*, true>.
+template <int N, typename Tile>
+void run_turns(const char* name, int partial_every, float* sink, int cnt = 5) {
+  cudaFuncSetAttribute(probe_turns<N, Tile>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   const int sms = sm_count(), tiles = 400;
   const float best = best_of_three([&](bool warm_up) {
-    probe_turns<N><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink);
+    probe_turns<N, Tile><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink, cnt);
   });
   const int partial = partial_every > 0 ? tiles / partial_every : 0;
-  const double mmas = (2.0 * (tiles - partial) + partial) * 4 * kTaps;  // per SM
+  const double mmas = (2.0 * (tiles - partial) + partial) * kChunks * kTaps;  // per SM
   printf("%-44s partial every %d: %.3f ms, %.0f TFLOP/s, %.1f ns per MMA per SM (err %s)\n", name, partial_every, best,
          2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
 }
@@ -238,19 +235,6 @@ void run(const char* name, int chunk_wait, float* sink) {
          2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
 }
 
-template <int N, bool kSplit, bool kRuntimeTaps = false>
-void run_hoisted(const char* name, int partial_every, float* sink, int cnt = 5) {
-  cudaFuncSetAttribute(probe_turns_hoisted<N, kSplit, kRuntimeTaps>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  const int sms = sm_count(), tiles = 400;
-  const float best = best_of_three([&](bool warm_up) {
-    probe_turns_hoisted<N, kSplit, kRuntimeTaps><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink, cnt);
-  });
-  const int partial = partial_every > 0 ? tiles / partial_every : 0;
-  const double mmas = (2.0 * (tiles - partial) + partial) * 4 * kTaps;  // per SM
-  printf("%-44s partial every %d: %.3f ms, %.0f TFLOP/s, %.1f ns per MMA per SM (err %s)\n", name, partial_every, best,
-         2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
-}
-
 // No argument: every variant in one process (their order moves the later ones 5-10%); one of
 // turns / hoisted / hoisted_runtime_taps: that variant alone, with and without one-strip tiles.
 int main(int argc, char** argv) {
@@ -259,10 +243,11 @@ int main(int argc, char** argv) {
   if (argc > 1) {
     const std::string v = argv[1];
     for (int partial : {0, 3}) {
-      if (v == "turns") run_turns<136>("2 consumers in turn, tiles of 4 chunks", partial, sink);
-      if (v == "hoisted") run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", partial, sink);
+      if (v == "turns") run_turns<136, InLoopTile>("2 consumers in turn, tiles of 4 chunks", partial, sink);
+      if (v == "hoisted")
+        run_turns<136, HoistedTile<false, false>>("turn 1 chunk early, strips chosen per tile", partial, sink);
       if (v == "hoisted_runtime_taps")
-        run_hoisted<136, false, true>("... 5 x 5 taps from runtime counts", partial, sink);
+        run_turns<136, HoistedTile<false, true>>("... 5 x 5 taps from runtime counts", partial, sink);
     }
     cudaFree(sink);
     return 0;
@@ -274,15 +259,15 @@ int main(int argc, char** argv) {
   run<2, 2, 136>("2 warpgroups at once, 2 strips each", 1, sink);
   run<2, 1, 128>("1 warpgroup, 2 strips m64n128k16", 1, sink);
   run<1, 1, 136>("1 warpgroup, 1 strip m64n136k16", 1, sink);
-  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0, sink);
-  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3, sink);
-  run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", 0, sink);
-  run_hoisted<136, false>("turn 1 chunk early, strips chosen per tile", 3, sink);
-  run_hoisted<136, true>("... one-strip tiles on two accumulators", 3, sink);
-  run_hoisted<136, false, true>("... 5 x 5 taps from runtime counts", 0, sink);
-  run_hoisted<136, false, true>("... 5 x 5 taps from runtime counts", 3, sink);
-  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 0, sink);
-  run_turns<136>("2 consumers in turn, tiles of 4 chunks", 3, sink);
+  run_turns<136, InLoopTile>("2 consumers in turn, tiles of 4 chunks", 0, sink);
+  run_turns<136, InLoopTile>("2 consumers in turn, tiles of 4 chunks", 3, sink);
+  run_turns<136, HoistedTile<false, false>>("turn 1 chunk early, strips chosen per tile", 0, sink);
+  run_turns<136, HoistedTile<false, false>>("turn 1 chunk early, strips chosen per tile", 3, sink);
+  run_turns<136, HoistedTile<true, false>>("... one-strip tiles on two accumulators", 3, sink);
+  run_turns<136, HoistedTile<false, true>>("... 5 x 5 taps from runtime counts", 0, sink);
+  run_turns<136, HoistedTile<false, true>>("... 5 x 5 taps from runtime counts", 3, sink);
+  run_turns<136, InLoopTile>("2 consumers in turn, tiles of 4 chunks", 0, sink);
+  run_turns<136, InLoopTile>("2 consumers in turn, tiles of 4 chunks", 3, sink);
   cudaFree(sink);
   return 0;
 }
