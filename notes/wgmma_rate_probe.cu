@@ -1,9 +1,9 @@
 // Probe: the raw rate of the ping-pong kernel's MMA pattern (25 taps x Q strips of wgmma
 // m64n136k16 bf16, A and B from no-swizzle shared memory as conv_wgmma_pingpong_kernel lays them
 // out, commit + wait<0> per chunk), with no loads, barriers or epilogue; then (probe_turns) two
-// consumer warpgroups taking tiles of 4 chunks in turn with the kernel's turn handoff (the next
-// tile's consumer starts once this one has issued its last chunk), and (probe_turns with HoistedTile) the
-// session-44 turn one chunk early, the one-strip choice made once per tile. H100 results in
+// consumer warpgroups taking tiles of 4 chunks in turn: InLoopTile with the kernel's turn handoff
+// before session 44 (after the tile's last chunk), HoistedTile with session 44's (one chunk
+// early) and the one-strip choice made once per tile. H100 results in
 // NOTES_GPU.md (sessions 43, 44); the later variants move 5-10% with their place in the run (run
 // them in separate processes, alternating, before trusting a difference under 10%).
 // Build: nvcc -std=c++17 -O3 -Icsrc -gencode=arch=compute_90a,code=sm_90a.
