@@ -644,7 +644,7 @@ __device__ inline WgTile wg_tile(int64_t t, int64_t tiles_per_sample, int64_t co
 // the consumers: a consumer starts a tile's MMAs once the other has a quarter of its tile's
 // chunks left to issue, so that the two overlap (one's MMAs fill the other's waits for its
 // chunks to drain) without both holding stages for long.
-// kIn: Registers or NhwcBoxes (one thread issues each chunk; full[s] waits for one arrival).
+// kIn: Registers or NhwcBoxes (one thread issues each chunk; each full barrier waits for one arrival).
 // kWindows: the epilogue stores 2 x 2 windows (ep.pool_windows); its own build, since a runtime
 // choice between two kinds of stores made ptxas spill 50-100 bytes in every instance.
 template <typename T, int Q, int R, WgInput kIn, bool kWindows>
