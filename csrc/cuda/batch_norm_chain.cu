@@ -129,48 +129,45 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_fixed(const 
 }
 
 // MaxPool2d(2, 2) over a window-stored conv output (ConvEpilogue::pool_windows: each window
-// already reduced to its extreme, in one stored row, or two where a tile edge split it): pooled
-// row ph's stored rows, found once for the row's outputs.
-struct StoredWindowRows {
-  int first, second;  // equal unless the window is split
-  __device__ StoredWindowRows(int ph, float inv_split_rows)
-      : first(window_store_row_small(2 * ph, inv_split_rows)),
-        second(window_store_row_small(2 * ph + 1, inv_split_rows)) {}
-};
+// already reduced to its extreme, in one stored row, or two where a tile edge split it): tanh of
+// the larger of the two rows' values at pw (a window in one row reads that row twice: the same
+// value, the same bits, and no divergence between the warp's split and unsplit rows).
 template <typename T>
-__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_stored_window(const T* plane, int W, StoredWindowRows rows,
-                                                                       int pw, typename DTypeTraits<T>::acc_t a,
+__device__ inline typename DTypeTraits<T>::acc_t bn_tanh_stored_window(const T* first, const T* second, int pw,
+                                                                       typename DTypeTraits<T>::acc_t a,
                                                                        typename DTypeTraits<T>::acc_t s) {
   using Tr = DTypeTraits<T>;
-  typename Tr::acc_t best = Tr::to_acc(plane[rows.first * W + pw]) * a + s;
-  if (rows.second != rows.first) {
-    const auto v = Tr::to_acc(plane[rows.second * W + pw]) * a + s;
-    if (v > best || isnan(v)) best = v;
-  }
+  typename Tr::acc_t best = Tr::to_acc(first[pw]) * a + s;
+  const auto v = Tr::to_acc(second[pw]) * a + s;
+  if (v > best || isnan(v)) best = v;
   return tanh_to_store<T>(best);
 }
 
-// Walks flat indices o = start, start + kThreads, ... of [planes][rows][cols] keeping (plane, row,
-// col) up to date with adds instead of two divisions per element.
-struct PlaneCursor {
-  int plane, row, col;
-  int rows, cols, step_rows, step_cols;  // kThreads = step_rows * cols + step_cols
-  __device__ PlaneCursor(int start, int rows_, int cols_) : rows(rows_), cols(cols_) {
-    const int per_plane = rows * cols;
-    plane = start / per_plane;
-    const int r = start - plane * per_plane;
-    row = r / cols;
-    col = r - row * cols;
-    step_rows = kThreads / cols;
-    step_cols = kThreads - step_rows * cols;
+// One pooled row (ph) of one staged plane: its outputs stored as T in `out` and added to `sum` in
+// column order. The row's window geometry (kWindow 3: its stored rows) is found once for its PW
+// outputs.
+template <int kWindow, typename T>
+__device__ inline void bn_tanh_pool_row(const T* plane, const PoolInts& q, int ph, float inv_split_rows,
+                                        typename DTypeTraits<T>::acc_t a, typename DTypeTraits<T>::acc_t s,
+                                        T* out, typename DTypeTraits<T>::acc_t& sum) {
+  using Tr = DTypeTraits<T>;
+  const T* first = plane;
+  const T* second = plane;
+  if constexpr (kWindow == 3) {
+    first += window_store_row_small(2 * ph, inv_split_rows) * q.W;
+    second += window_store_row_small(2 * ph + 1, inv_split_rows) * q.W;
   }
-  __device__ void advance() {
-    col += step_cols;
-    if (col >= cols) col -= cols, ++row;
-    row += step_rows;
-    while (row >= rows) row -= rows, ++plane;
+#pragma unroll 2
+  for (int pw = 0; pw < q.PW; ++pw) {
+    typename Tr::acc_t v;
+    if constexpr (kWindow == 3) v = bn_tanh_stored_window(first, second, pw, a, s);
+    else if constexpr (kWindow == 2) v = bn_tanh_window_max_fixed<2, 2>(plane, q.W, ph, pw, a, s);
+    else v = bn_tanh_window_max<kWindow == 1>(plane, q, ph, pw, a, s);
+    const T stored = Tr::from_acc(v);
+    out[pw] = stored;
+    sum += Tr::to_acc(stored);
   }
-};
+}
 
 // Per-thread Welford of the stored values (the statistics GroupNorm sees).
 template <typename acc_t>
@@ -192,14 +189,15 @@ struct Welford {
 // batches with coalesced 16-byte loads (placed at the source's misalignment so both sides line
 // up), then pooled from shared memory. Chosen when the pooled group and one input plane fit.
 // kWindow: 0 (general window), 1 (no padding: every window inside the plane), 2 (MaxPool2d(2,
-// 2)), 3 (a window-stored conv output: StoredWindowRows).
-// The kernel is instruction-bound (ncu on L2_11: ~150 warp instructions per pooled value, issue
-// slots 73-79% busy), so the pooling pass takes a (plane, row, column pair) per step, sharing its
-// row and plane arithmetic between two outputs and summing them for the mean as it goes; the
-// squared deviations read shared memory in 16-byte vectors and the normalisation writes global
-// memory in 16-byte vectors. Thread t takes the pairs u = t (mod kThreads) of the whole group in
-// order, whatever the batching or the stored layout, so the statistics (and the outputs) of a
-// window-stored and a full conv output are the same bits.
+// 2)), 3 (a window-stored conv output: bn_tanh_stored_window).
+// The kernel is instruction-bound (ncu, H100, L2_11 bfloat16 before the row pass: 104 thread
+// instructions per pooled value, issue slots 78% busy, half of them in the pooling pass), so the
+// pooling pass takes a whole pooled row per step (bn_tanh_pool_row: the row's plane, BatchNorm
+// fold and window rows found once for its PW outputs) and sums its outputs for the mean as it
+// goes; the squared deviations read shared memory in 16-byte vectors and the normalisation
+// writes global memory in 16-byte vectors. Thread t takes the rows u = t (mod kThreads) of the
+// whole group in order, whatever the batching or the stored layout, so the statistics (and the
+// outputs) of a window-stored and a full conv output are the same bits.
 template <int kWindow, typename T, typename S>
 __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, int C_g, PoolInts q,
                                                int batch_planes, const S* __restrict__ mean,
@@ -224,7 +222,6 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
   T* stage = pooled + (numel + kVec - 1) / kVec * kVec;
   for (int c = threadIdx.x; c < C_g; c += kThreads)
     batch_norm_fold(static_cast<int>(g) * C_g + c, mean, var, w, b, bn_eps, bn_a[c], bn_s[c]);
-  const int pairs = (q.PW + 1) / 2, plane_pairs = q.PH * pairs;
   acc_t part = 0;  // this thread's outputs, for the mean
   const T* src_group = x + (n * C + g * C_g) * int64_t(HW);
   for (int pl0 = 0; pl0 < C_g; pl0 += batch_planes) {
@@ -238,28 +235,12 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
     for (int i = threadIdx.x; i < head; i += kThreads) dst[i] = src[i];
     for (int i = head + n_vec * kVec + threadIdx.x; i < len; i += kThreads) dst[i] = src[i];
     __syncthreads();
-    const int u_begin = pl0 * plane_pairs, u_end = u_begin + nb * plane_pairs;
-    const int u_first = u_begin + ((threadIdx.x - u_begin) % kThreads + kThreads) % kThreads;
-    PlaneCursor at(u_first - u_begin, q.PH, pairs);
-    for (int u = u_first; u < u_end; u += kThreads, at.advance()) {
-      const int pl = at.plane, ph = at.row, pw = 2 * at.col;
-      const T* plane = dst + pl * HW;
-      const acc_t a = bn_a[pl0 + pl], sh = bn_s[pl0 + pl];
-      const StoredWindowRows rows(ph, inv_split_rows);  // (kWindow 3)
-      auto pool = [&](int col) -> acc_t {
-        if constexpr (kWindow == 2) return bn_tanh_window_max_fixed<2, 2>(plane, q.W, ph, col, a, sh);
-        else if constexpr (kWindow == 3) return bn_tanh_stored_window(plane, q.W, rows, col, a, sh);
-        else return bn_tanh_window_max<kWindow == 1>(plane, q, ph, col, a, sh);
-      };
-      T* out = pooled + (pl0 + pl) * PHW + ph * q.PW + pw;
-      const T v0 = Tr::from_acc(pool(pw));
-      out[0] = v0;
-      part += Tr::to_acc(v0);
-      if (pw + 1 < q.PW) {
-        const T v1 = Tr::from_acc(pool(pw + 1));
-        out[1] = v1;
-        part += Tr::to_acc(v1);
-      }
+    // rows u = plane * PH + ph of this batch's planes, this thread's (u = t mod kThreads) in order
+    const int u_begin = pl0 * q.PH, u_end = u_begin + nb * q.PH;
+    for (int u = u_begin + ((threadIdx.x - u_begin) % kThreads + kThreads) % kThreads; u < u_end; u += kThreads) {
+      const int channel = u / q.PH, ph = u - channel * q.PH;
+      bn_tanh_pool_row<kWindow>(dst + (channel - pl0) * HW, q, ph, inv_split_rows, bn_a[channel], bn_s[channel],
+                                pooled + u * q.PW, part);
     }
   }
   double sum[1] = {part};
@@ -310,13 +291,22 @@ __global__ void bn_tanh_pool_group_norm_kernel(const T* __restrict__ x, int C, i
     }
     acc_t scale = gn_scale[c], shift = gn_shift[c];
     Vec<T, kVec> v;
+    if (PHW >= kVec) {
+      // the vector meets channels c and at most c + 1, which its elements from next - e0 on
+      // take: selects, not a test and two loads per element (~30 PTX instructions per value)
+      const int c1 = min(c + 1, C_g - 1), in_c = next - e0;
+      const acc_t scale1 = gn_scale[c1], shift1 = gn_shift[c1];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      if (e0 + k == next) {
-        ++c, next += PHW;
-        scale = gn_scale[c], shift = gn_shift[c];
+      for (int k = 0; k < kVec; ++k) v.v[k] = affine(in.v[k], k < in_c ? scale : scale1, k < in_c ? shift : shift1);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if (e0 + k == next) {
+          ++c, next += PHW;
+          scale = gn_scale[c], shift = gn_shift[c];
+        }
+        v.v[k] = affine(in.v[k], scale, shift);
       }
-      v.v[k] = affine(in.v[k], scale, shift);
     }
     *reinterpret_cast<Vec<T, kVec>*>(out + e0) = v;
   }
