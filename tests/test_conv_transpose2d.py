@@ -10,6 +10,7 @@ from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_
                        random_few_channels_conv_config, random_narrow_conv_config, random_stride2_conv_config,
                        random_tma_conv_config, random_unit_input_conv_config, random_wide_conv_config,
                        ref_conv_transpose2d, set_conv_kernel, tolerance)
+from test_fused import check_channel_stats
 
 def check_random_configs(rng, count, make_config, dtype, device):
     """myops.conv_transpose2d against float64 PyTorch on `count` configurations from make_config."""
@@ -244,6 +245,40 @@ def test_pingpong_kernel_many_tiles_per_block(device, dtype, input_path, monkeyp
     assert any("pingpong" in e.name for e in prof.events()), "expected the ping-pong wgmma kernel"
     assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
     assert torch.equal(out, torch.ops.myops.conv_transpose2d(x, w, b, *args))  # deterministic
+
+
+# Ping-pong layers whose phase grids end 1 or 2 columns into a tile: those tiles run as edge bands
+# (the halo stored column by column, one m64n48 per tap; register producer only). Phases of a
+# stride-2 layer (68 x 68: four 34 x 34 grids), 33 and 34 columns, taps 7 rows tall (the band's
+# 24 halo rows exactly: 17 + 6 + 1 spare) and 9 rows tall (25 halo rows: no bands), 16-bit
+# inputs through the register producer too.
+EDGE_BAND_LAYERS = {
+    "k5_34cols": dict(H=32, W=32, kH=5, kW=5, stride=(1, 1), padding=(1, 1)),
+    "k5_33cols": dict(H=32, W=31, kH=5, kW=5, stride=(1, 1), padding=(1, 1)),
+    "k4_s2_phases": dict(H=34, W=34, kH=4, kW=4, stride=(2, 2), padding=(1, 1)),
+    "k7x3_34cols": dict(H=28, W=34, kH=7, kW=3, stride=(1, 1), padding=(0, 1)),
+    "k9x5_33cols": dict(H=26, W=31, kH=9, kW=5, stride=(1, 1), padding=(0, 1)),
+}
+
+
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layer", list(EDGE_BAND_LAYERS))
+def test_pingpong_edge_bands(device, dtype, layer, monkeypatch):
+    set_conv_kernel(monkeypatch, "wgmma")  # (34-row maps: 17-row strips, whatever the layer's cost)
+    monkeypatch.setenv("MYOPS_DISABLE_NHWC_STAGING", "1")
+    torch.manual_seed(0)
+    cfg = dict(N=16, C_in=64, C_out_g=128, groups=1, dilation=(1, 1), output_padding=(0, 0), bias=True,
+               **EDGE_BAND_LAYERS[layer])
+    x, w, b = make_conv_inputs(cfg, dtype, device)
+    args = conv_args(cfg)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        torch.cuda.synchronize()
+    assert any("pingpong" in e.name for e in prof.events()), "expected the ping-pong wgmma kernel"
+    assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
+    # the same taps through the channel-statistics epilogue (the BatchNorm chain's conv)
+    check_channel_stats(x, w, b, args, tolerance(dtype, device))
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])

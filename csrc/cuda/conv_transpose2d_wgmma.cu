@@ -207,6 +207,22 @@ struct BoxTransposer {
   }
 };
 
+// Edge bands (ping-pong kernel). Where a phase grid ends 1 or 2 columns into a tile (L2_11: 34
+// columns = 2 x 16 + 2), the tile's one strip would spend 3/4 or more of its MMAs past the edge
+// (15% of all of L2_11's MMAs), because a core matrix is 8 pixels side by side in a halo row. A
+// band tile stores its halo column by column instead, kPitch pixels per column (rows contiguous,
+// zero-based at the halo's first row), so that one m64n48 per tap covers both columns' R rows:
+// N = c * kPitch + r for column c, row r (the rows past R and past the halo are read by no valid
+// output). Afterwards band_to_strip moves the accumulators to where the tile's strip 0 holds
+// them, and the tile's epilogue runs unchanged (columns past the grid are masked there). H100,
+// same build, L2_11 float32 conv (register producer) 779-783 -> 733-737 us, outputs bitwise equal.
+struct EdgeBand {
+  static constexpr int kCols = 2, kPitch = 24, kN = kCols * kPitch;
+  // the band's halo columns for a tile halo of `tile_halo_cols` (the tile's 16 columns' worth)
+  MYOPS_HD static constexpr int halo_cols(int tile_halo_cols) { return tile_halo_cols - 16 + kCols; }
+};
+static_assert(EdgeBand::kPitch % 8 == 0, "column 1 of a band must start a core matrix");
+
 // NHWC input (one thread): chunk c's stage s gets the weights (one bulk copy) and the halo's two
 // K-planes (one TMA box each, channels ch and ch + 16 bytes' worth, from input column col0 and
 // row0 of image n; TMA zero-fills what lies outside the input), all completing on full.
@@ -281,6 +297,43 @@ __device__ __forceinline__ void issue_chunk_mmas(float (&acc)[Q][4 * R], int cnt
   wgmma_commit();
 }
 
+// One chunk's MMAs of an edge band (committed as one group): every tap of the phase, the halo
+// shifted by whole columns (kPitch pixels) and rows.
+template <typename T>
+__device__ __forceinline__ void issue_band_chunk_mmas(float (&acc)[EdgeBand::kN / 2], int cnt_h, int cnt_w,
+                                                      int step_h, int step_w, uint64_t a_desc, uint64_t b_desc) {
+  wgmma_fence();
+  int tap = 0;
+  for (int t_h = 0; t_h < cnt_h; ++t_h)
+    for (int t_w = 0; t_w < cnt_w; ++t_w, ++tap)
+      wgmma_m64<EdgeBand::kN, T>(acc, a_desc + tap * (kTapBytes / 16),
+                                 b_desc + (cnt_w - 1 - t_w) * step_w * EdgeBand::kPitch + (cnt_h - 1 - t_h) * step_h);
+  wgmma_commit();
+}
+
+// A band's accumulators (issue_band_chunk_mmas) as the tile's strip 0 holds them (strip 1 zero):
+// register 4r + e of a thread holds row r, column 2 * (lane % 4) + e % 2, channel lane / 4 +
+// 8 (e / 2); the band holds (row r, column c) in register 4 ((c kPitch + r) / 8) + r % 2 (+ 2) of
+// lane (lane & ~3) | (r % 8) / 2. Lanes other than lane % 4 == 0 hold columns 2-7, past the band
+// (kCols = 2): whatever they receive is masked.
+template <int R>
+__device__ __forceinline__ void band_to_strip(const float (&band)[EdgeBand::kN / 2], float (&acc)[2][4 * R]) {
+  static_assert(R <= EdgeBand::kPitch, "a band column holds the strip's rows");
+  const int base = static_cast<int>(threadIdx.x % 32) & ~3;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int src = base | ((r % 8) / 2);
+    constexpr int kCol1 = EdgeBand::kPitch / 8;  // core matrices of column 0
+    const int i0 = 4 * (r / 8) + r % 2, i1 = 4 * (kCol1 + r / 8) + r % 2;
+    acc[0][4 * r] = __shfl_sync(0xffffffffu, band[i0], src);
+    acc[0][4 * r + 1] = __shfl_sync(0xffffffffu, band[i1], src);
+    acc[0][4 * r + 2] = __shfl_sync(0xffffffffu, band[i0 + 2], src);
+    acc[0][4 * r + 3] = __shfl_sync(0xffffffffu, band[i1 + 2], src);
+  }
+#pragma unroll
+  for (int e = 0; e < 4 * R; ++e) acc[1][e] = 0.f;
+}
+
 // The ping-pong producer's halo for one tile (the two-block kernel keeps this staging state inline,
 // sharing only load_halo_planes: as a struct it spilled in bfloat16 at that kernel's 96 registers
 // and measured 8-15% slower on L2_19 / L1_57 / L1_65): its pixels (kPxPerThread per thread of the warpgroup) are
@@ -298,18 +351,20 @@ struct HaloStager {
   unsigned inside = 0, present = 0;
   Raw staged[kPxPerThread][kCh];
 
+  // band: the tile is an edge band (EdgeBand), its halo stored column by column
   __device__ HaloStager(const T* x, const ConvTranspose2dParams& p_, const PhaseEntry& ph, const TileOrigin& origin,
-                        int64_t n, int64_t g)
+                        int64_t n, int64_t g, bool band)
       : p(p_), x_image(reinterpret_cast<const Raw*>(x) + (n * p_.C_in + g * p_.C_in_g) * p_.H * p_.W) {
     const int64_t row0 = halo_row0(ph, origin.j0), col0 = halo_col0(ph, origin.i0);
-    const int hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
+    const int hcols = band ? EdgeBand::halo_cols(ph.hcols) : ph.hcols;
+    const int hpx = band ? hcols * EdgeBand::kPitch : ph.hrows * ph.hcols;
 #pragma unroll
     for (int k = 0; k < kPxPerThread; ++k) {
       const int h = threadIdx.x + k * kWarpgroup;
       src[k] = 0;
-      if (h < hpx) {
+      const int hr = band ? h % EdgeBand::kPitch : h / hcols, hc = band ? h / EdgeBand::kPitch : h - hr * hcols;
+      if (h < hpx && hr < ph.hrows) {  // (a band's rows past the halo are read by no valid output)
         present |= 1u << k;
-        const int hr = h / hcols, hc = h - hr * hcols;
         const int64_t ih = row0 + hr, iw = col0 + hc;
         if (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) {
           src[k] = static_cast<int>(ih * p.W + iw);
@@ -652,8 +707,9 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
     conv_wgmma_pingpong_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                       const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
                       ConvEpilogue ep, WgSmem sl, int stages, PhaseTable phases, int64_t total_tiles,
-                      int64_t tiles_per_sample, const __grid_constant__ CUtensorMap input_map) {
+                      int64_t tiles_per_sample, const __grid_constant__ CUtensorMap input_map, bool bands) {
   static_assert(kIn != WgInput::NchwBoxes, "the ping-pong kernel reads NCHW input through registers only");
+  static_assert(Q == 2, "edge bands replace the second of two strips");
   constexpr bool kNhwc = kIn == WgInput::NhwcBoxes;
   constexpr int kCh = chunk_channels<T>();
   constexpr int kTW = 8 * Q;
@@ -675,6 +731,12 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
   const int64_t col_tiles = (p.C_out_g + kBlockCh - 1) / kBlockCh, col_blocks = p.groups * col_tiles;
   const int n_chunks_full = static_cast<int>((p.C_in_g + kCh - 1) / kCh);  // of a tile with taps
   auto tile_chunks = [&](const PhaseEntry& ph) { return ph.count_h * ph.count_w > 0 ? n_chunks_full : 0; };
+  // Edge bands (EdgeBand) with the register producer only: through TMA (one box per band column)
+  // the bfloat16 L2_11 conv measured 444-447 us against 440-441 without (H100, same build).
+  // bands: the launch checked that a band's halo fits.
+  auto is_band = [&](const PhaseEntry& ph, const TileOrigin& origin) {
+    return !kNhwc && bands && ph.OWp - origin.i0 <= EdgeBand::kCols;
+  };
 
   // Producer: per chunk, the halo through registers (NCHW planes -> 16-byte channel groups per
   // pixel, TF32-rounded) and the phase's weights by one bulk copy.
@@ -703,7 +765,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
         }
         continue;
       }
-      HaloStager<T> halo(x, p, ph, origin, tl.n, tl.g);
+      HaloStager<T> halo(x, p, ph, origin, tl.n, tl.g, is_band(ph, origin));
       // One chunk of loads in flight per thread (two measured 4% slower on the seed layers).
       halo.load(0);
       for (int c = 0; c < n_chunks; ++c, ++chunk_seq) {
@@ -744,38 +806,65 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       if (k > 0) mbar_wait(turn(me), turns++ & 1);  // the other consumer's previous tile
       const int cnt_h = ph.count_h, cnt_w = ph.count_w, step_h = ph.off_step_h, step_w = ph.off_step_w;
       const int hcols = kNhwc ? sl.box_cols : ph.hcols;  // halo pixels per row in a stage
-      float acc[Q][4 * R];
+      // The tile's chunks: wait for each, issue(A descriptor, halo address) its MMAs, hand the turn
+      // over, give the stage back.
+      auto run_chunks = [&](auto issue) {
+        for (int c = 0; c < n_chunks; ++c) {
+          const int s = (chunk_seq + c) % stages;
+          mbar_wait(full(me, s), (parity >> s) & 1u);
+          parity ^= 1u << s;
+          issue(wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128), pipe + stage(s));
+          // as in conv_wgmma_kernel, the stage goes back as soon as its MMAs are done (H100, same
+          // build, queued ms: L2_11's conv float32 0.94 -> 0.90, its chain 1.04 -> 1.00, bfloat16
+          // chain 0.655 -> 0.635)
+          if (c == n_chunks - 1 - tile_turn_lead(n_chunks)) mbar_arrive(turn(1 - me));
+          wgmma_wait<0>();
+          mbar_arrive(empty(s));
+        }
+      };
+      // After the MMAs: the epilogue, from the accumulators.
+      auto finish = [&](float (&acc)[Q][4 * R]) {
+        if (n_chunks == 0) mbar_arrive(turn(1 - me));
+        chunk_seq += n_chunks;
+        wgmma_epilogue<T, Q, R, kWindows>(acc, tid, bias, out, p, ep, ph, origin.j0, origin.i0, tl.n, tl.g,
+                                          tl.ct * kBlockCh, tl.x, tiles_per_sample);
+      };
+      // Each path has its own accumulators and epilogue: accumulators defined on two paths and
+      // merged (or one array used by both MMA shapes) made ptxas serialise the MMAs (C7511).
+      // The test is warp-uniform to the compiler (as `me`), else ptxas serialises them as well.
+      if (!kNhwc && __shfl_sync(0xffffffffu, is_band(ph, origin), 0)) {
+        float band_acc[EdgeBand::kN / 2];
 #pragma unroll
-      for (int q = 0; q < Q; ++q)
+        for (int e = 0; e < EdgeBand::kN / 2; ++e) band_acc[e] = 0.f;
+        wgmma_fence_operands(band_acc);
+        run_chunks([&](uint64_t a_desc, uint32_t halo) {  // (its core matrices are consecutive: 128 bytes apart)
+          issue_band_chunk_mmas<T>(band_acc, cnt_h, cnt_w, step_h, step_w, a_desc, wgmma_desc(halo, sl.halo_plane, 128));
+        });
+        wgmma_fence_operands(band_acc);
+        float acc[Q][4 * R];
+        band_to_strip<R>(band_acc, acc);
+        finish(acc);
+      } else {
+        float acc[Q][4 * R];
 #pragma unroll
-        for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
+        for (int q = 0; q < Q; ++q)
 #pragma unroll
-      for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
-      const int q_used = min(Q, (ph.OWp - origin.i0 + 7) / 8);  // strips right of the grid issue no MMAs
-      // every row (a compile-time R: the shorter MMA shapes' code in this kernel made ptxas inject
-      // warpgroup.arrive fences into its loop, and L2_11's conv, whose 34-row maps are whole
-      // 17-row strips, took 2-3% longer on the H100)
-      constexpr int rows_used = R;
-      for (int c = 0; c < n_chunks; ++c) {
-        const int s = (chunk_seq + c) % stages;
-        mbar_wait(full(me, s), (parity >> s) & 1u);
-        parity ^= 1u << s;
-        issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used, rows_used,
-                                  wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128),
-                                  wgmma_desc(pipe + stage(s), sl.halo_plane, hcols * 16));
-        // as in conv_wgmma_kernel, the stage goes back as soon as its MMAs are done (H100, same
-        // build, queued ms: L2_11's conv float32 0.94 -> 0.90, its chain 1.04 -> 1.00, bfloat16
-        // chain 0.655 -> 0.635)
-        if (c == n_chunks - 1 - tile_turn_lead(n_chunks)) mbar_arrive(turn(1 - me));
-        wgmma_wait<0>();
-        mbar_arrive(empty(s));
+          for (int e = 0; e < 4 * R; ++e) acc[q][e] = 0.f;
+#pragma unroll
+        for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
+        const int q_used = min(Q, (ph.OWp - origin.i0 + 7) / 8);  // strips right of the grid issue no MMAs
+        // every row (a compile-time R: the shorter MMA shapes' code in this kernel made ptxas inject
+        // warpgroup.arrive fences into its loop, and L2_11's conv, whose 34-row maps are whole
+        // 17-row strips, took 2-3% longer on the H100)
+        constexpr int rows_used = R;
+        run_chunks([&](uint64_t a_desc, uint32_t halo) {
+          issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used, rows_used, a_desc,
+                                    wgmma_desc(halo, sl.halo_plane, hcols * 16));
+        });
+#pragma unroll
+        for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
+        finish(acc);
       }
-      if (n_chunks == 0) mbar_arrive(turn(1 - me));
-#pragma unroll
-      for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
-      chunk_seq += n_chunks;
-      wgmma_epilogue<T, Q, R, kWindows>(acc, tid, bias, out, p, ep, ph, origin.j0, origin.i0, tl.n, tl.g,
-                                      tl.ct * kBlockCh, tl.x, tiles_per_sample);
     }
   };
 
@@ -849,6 +938,12 @@ cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, 
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   const WgSmem sl = wg_smem(p, R, Q, t.stages, dtype, 0, t.nhwc);
+  // Edge bands (EdgeBand, register producer) where their halo fits: a band column holds the halo's
+  // rows, and a K-plane the band's columns plus the pixels its MMAs read past the last one (< kPitch).
+  const PhaseMaxima most = phase_maxima(p, R, 8 * Q);
+  const int band_cols = EdgeBand::halo_cols(most.halo_cols);
+  const bool bands = most.halo_rows <= EdgeBand::kPitch && band_cols * EdgeBand::kPitch <= kMaxHalo &&
+                     (band_cols + 1) * EdgeBand::kPitch * 16 <= sl.halo_plane;
   // window stores (conv_wgmma_stores_windows): no builds for 16-bit input through registers
   constexpr bool kF32 = std::is_same<T, float>::value;
   const bool windows = ep.pool_windows && (kF32 || t.nhwc);
@@ -860,7 +955,8 @@ cudaError_t launch_pingpong(const void* x, const void* wprep, const void* bias, 
   if (err != cudaSuccess) return err;
   kernel<<<static_cast<unsigned>(std::min<int64_t>(total, sms)), kPingPongThreads, sl.bytes, stream>>>(
       static_cast<const T*>(x), static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias),
-      static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, R, 8 * Q), total, tiles, t.nhwc ? *map : CUtensorMap{});
+      static_cast<T*>(out), p, ep, sl, t.stages, phase_table(p, R, 8 * Q), total, tiles, t.nhwc ? *map : CUtensorMap{},
+      bands);
   return cudaGetLastError();
 }
 
