@@ -224,14 +224,25 @@ def test_channels_last_staging_matches_register_path(device, dtype, cfg, monkeyp
     assert_matches(ref, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
 
 
+def checked_pingpong_conv(x, w, b, args, tol):
+    """conv_transpose2d through the ping-pong wgmma kernel (asserted from the profiler's kernel
+    names), checked against float64 PyTorch."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        torch.cuda.synchronize()
+    assert any("pingpong" in e.name for e in prof.events()), "expected the ping-pong wgmma kernel"
+    assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tol)
+    return out
+
+
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("input_path", [{}, {"MYOPS_DISABLE_NHWC_STAGING": "1"}], ids=["default", "registers"])
 def test_pingpong_kernel_many_tiles_per_block(device, dtype, input_path, monkeypatch):
     # The persistent ping-pong kernel (34-row maps: 17-row strips) with ~6 tiles per block, so
     # that both consumers take several tiles and overlap (per-consumer stage barriers, the turn
-    # handed over before a tile's last chunk), and 34 columns: every third tile has one strip
-    # inside the grid.
+    # handed over before a tile's last chunk), and 34 columns: every third tile is 2 columns
+    # inside the grid (an edge band where the producer goes through registers).
     for k, v in input_path.items():
         monkeypatch.setenv(k, v)
     torch.manual_seed(0)
@@ -239,11 +250,7 @@ def test_pingpong_kernel_many_tiles_per_block(device, dtype, input_path, monkeyp
                padding=(1, 1), output_padding=(0, 0), bias=True)
     x, w, b = make_conv_inputs(cfg, dtype, device)
     args = conv_args(cfg)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
-        torch.cuda.synchronize()
-    assert any("pingpong" in e.name for e in prof.events()), "expected the ping-pong wgmma kernel"
-    assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
+    out = checked_pingpong_conv(x, w, b, args, tolerance(dtype, device))
     assert torch.equal(out, torch.ops.myops.conv_transpose2d(x, w, b, *args))  # deterministic
 
 
@@ -272,11 +279,7 @@ def test_pingpong_edge_bands(device, dtype, layer, monkeypatch):
                **EDGE_BAND_LAYERS[layer])
     x, w, b = make_conv_inputs(cfg, dtype, device)
     args = conv_args(cfg)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = torch.ops.myops.conv_transpose2d(x, w, b, *args)
-        torch.cuda.synchronize()
-    assert any("pingpong" in e.name for e in prof.events()), "expected the ping-pong wgmma kernel"
-    assert_matches(out, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
+    checked_pingpong_conv(x, w, b, args, tolerance(dtype, device))
     # the same taps through the channel-statistics epilogue (the BatchNorm chain's conv)
     check_channel_stats(x, w, b, args, tolerance(dtype, device))
 
