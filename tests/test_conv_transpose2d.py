@@ -256,8 +256,8 @@ def test_pingpong_kernel_many_tiles_per_block(device, dtype, input_path, monkeyp
 
 # Ping-pong layers whose phase grids end 1 or 2 columns into a tile: those tiles run as edge bands
 # (the halo stored column by column, one m64n48 per tap; register producer only). Phases of a
-# stride-2 layer (68 x 68: four 34 x 34 grids), 33 and 34 columns, taps 7 rows tall (the band's
-# 24 halo rows exactly: 17 + 6 + 1 spare) and 9 rows tall (25 halo rows: no bands), 16-bit
+# stride-2 layer (68 x 68: four 34 x 34 grids), 33 and 34 columns, taps 7 rows tall (23 halo
+# rows: within the band's 24) and 9 rows tall (25 halo rows: no bands), 16-bit
 # inputs through the register producer too.
 EDGE_BAND_LAYERS = {
     "k5_34cols": dict(H=32, W=32, kH=5, kW=5, stride=(1, 1), padding=(1, 1)),

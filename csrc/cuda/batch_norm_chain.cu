@@ -329,6 +329,12 @@ template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads, 5) bn_tanh_pool_group_norm_16bit_kernel(MYOPS_BN_TAIL_PARAMS) {
   bn_tanh_pool_group_norm_body<3, T, S>(MYOPS_BN_TAIL_ARGS);
 }
+// The tail of a window-stored conv output (kWindow 3) for element type T.
+template <typename T, typename S>
+constexpr auto stored_window_tail_kernel() {
+  if constexpr (sizeof(T) == 2) return bn_tanh_pool_group_norm_16bit_kernel<T, S>;
+  else return bn_tanh_pool_group_norm_kernel<3, T, S>;
+}
 #undef MYOPS_BN_TAIL_PARAMS
 #undef MYOPS_BN_TAIL_ARGS
 
@@ -439,8 +445,7 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;
     const bool inside = q.pH == 0 && q.pW == 0;
-    auto kernel = stored_windows  ? (sizeof(T) == 2 ? bn_tanh_pool_group_norm_16bit_kernel<T, S>
-                                                    : bn_tanh_pool_group_norm_kernel<3, T, S>)
+    auto kernel = stored_windows  ? stored_window_tail_kernel<T, S>()
                   : pool_is_2x2(q) ? bn_tanh_pool_group_norm_kernel<2, T, S>
                   : inside         ? bn_tanh_pool_group_norm_kernel<1, T, S>
                                    : bn_tanh_pool_group_norm_kernel<0, T, S>;
