@@ -808,19 +808,34 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       const int hcols = kNhwc ? sl.box_cols : ph.hcols;  // halo pixels per row in a stage
       // The tile's chunks: wait for each, issue(A descriptor, halo address) its MMAs, hand the turn
       // over, give the stage back.
+      // As in conv_wgmma_kernel, a stage goes back as soon as its MMAs are done (H100, same build,
+      // queued ms: L2_11's conv float32 0.94 -> 0.90, its chain 1.04 -> 1.00, bfloat16 chain 0.655
+      // -> 0.635). 16-bit NHWC input: chunk c's MMAs are issued before chunk c - 1's are waited
+      // for, so the tensor pipe does not drain between a tile's chunks (H100, same build, conv us:
+      // bfloat16 L2_11 426-433 -> 423-431, float16 428-430 -> 428; float32 through registers
+      // 737-750 -> 751-762, so not there; float32 NHWC builds then spilled: not there either).
+      constexpr bool kChunkInFlight = kNhwc && sizeof(T) == 2;
       auto run_chunks = [&](auto issue) {
+        int held = -1;  // kChunkInFlight: the stage whose MMAs may still run
         for (int c = 0; c < n_chunks; ++c) {
           const int s = (chunk_seq + c) % stages;
           mbar_wait(full(me, s), (parity >> s) & 1u);
           parity ^= 1u << s;
           issue(wgmma_desc(pipe + stage(s) + sl.halo_bytes, kBlockCh * 16, 128), pipe + stage(s));
-          // as in conv_wgmma_kernel, the stage goes back as soon as its MMAs are done (H100, same
-          // build, queued ms: L2_11's conv float32 0.94 -> 0.90, its chain 1.04 -> 1.00, bfloat16
-          // chain 0.655 -> 0.635)
           if (c == n_chunks - 1 - tile_turn_lead(n_chunks)) mbar_arrive(turn(1 - me));
-          wgmma_wait<0>();
-          mbar_arrive(empty(s));
+          if constexpr (kChunkInFlight) {
+            if (held >= 0) {
+              wgmma_wait<1>();
+              mbar_arrive(empty(held));
+            }
+            held = s;
+          } else {
+            wgmma_wait<0>();
+            mbar_arrive(empty(s));
+          }
         }
+        wgmma_wait<0>();  // (on every path: one without it made ptxas serialise the MMAs, C7514)
+        if (held >= 0) mbar_arrive(empty(held));
       };
       // After the MMAs: the epilogue, from the accumulators.
       auto finish = [&](float (&acc)[Q][4 * R]) {
