@@ -2,9 +2,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/batch_norm_chain.cuh"
+#include "cuda/cp_async.cuh"
 #include "cuda/dtype_traits.cuh"
 #include "cuda/moments.cuh"
 #include "cuda/window_store.cuh"
@@ -198,55 +200,65 @@ struct Welford {
 // writes global memory in 16-byte vectors. Thread t takes the rows u = t (mod kThreads) of the
 // whole group in order, whatever the batching or the stored layout, so the statistics (and the
 // outputs) of a window-stored and a full conv output are the same bits.
-// The kernel's parameters, shared by its body and its two entry points (below).
-#define MYOPS_BN_TAIL_PARAMS                                                                      \
-  const T* __restrict__ x, int C, int C_g, PoolInts q, int batch_planes,                \
-      const S* __restrict__ mean, const S* __restrict__ var, const T* __restrict__ w,              \
-      const T* __restrict__ b, double bn_eps, const T* __restrict__ gamma,                        \
-      const T* __restrict__ beta, double gn_eps, float inv_split_rows, float inv_phw, T* __restrict__ y
-#define MYOPS_BN_TAIL_ARGS \
-  x, C, C_g, q, batch_planes, mean, var, w, b, bn_eps, gamma, beta, gn_eps, inv_split_rows, inv_phw, y
-template <int kWindow, typename T, typename S>
-__device__ __forceinline__ void bn_tanh_pool_group_norm_body(MYOPS_BN_TAIL_PARAMS) {
+// The shared memory of the one-block-per-group kernels: per channel of the group, BatchNorm's
+// fold (a, s) and GroupNorm's scale and shift; the group's pooled values [C_g][PHW] (16-byte
+// aligned: 4 * C_g * sizeof(acc_t) is a multiple of 16); the staged input after them.
+template <typename T>
+struct TailShared {
+  using acc_t = typename DTypeTraits<T>::acc_t;
+  acc_t *bn_a, *bn_s, *gn_scale, *gn_shift;
+  T *pooled, *stage;
+  __device__ TailShared(uint8_t* raw, int C_g, int numel) {
+    constexpr int kVec = DTypeTraits<T>::kVec;
+    bn_a = reinterpret_cast<acc_t*>(raw);
+    bn_s = bn_a + C_g;
+    gn_scale = bn_s + C_g;
+    gn_shift = gn_scale + C_g;
+    pooled = reinterpret_cast<T*>(gn_shift + C_g);
+    stage = pooled + (numel + kVec - 1) / kVec * kVec;
+  }
+};
+
+// BatchNorm's fold of group g's channels into the shared (a, s).
+template <typename T, typename S>
+__device__ __forceinline__ void fold_group(const TailShared<T>& sh, int64_t g, int C_g, const S* mean, const S* var,
+                                           const T* w, const T* b, double eps) {
+  for (int c = threadIdx.x; c < C_g; c += kThreads)
+    batch_norm_fold(static_cast<int>(g) * C_g + c, mean, var, w, b, eps, sh.bn_a[c], sh.bn_s[c]);
+}
+
+// BN + tanh + max-pool of the group's planes pl0 .. pl0 + nb - 1, staged from `staged` on, into
+// sh.pooled: the rows u = plane * PH + ph of these planes, this thread's (u = t mod kThreads) in
+// order, their outputs added to part.
+template <int kWindow, typename T>
+__device__ __forceinline__ void pool_staged_planes(const TailShared<T>& sh, const T* staged, const PoolInts& q,
+                                                   int pl0, int nb, float inv_split_rows,
+                                                   typename DTypeTraits<T>::acc_t& part) {
+  const int HW = q.H * q.W, u_begin = pl0 * q.PH, u_end = u_begin + nb * q.PH;
+  for (int u = u_begin + ((threadIdx.x - u_begin) % kThreads + kThreads) % kThreads; u < u_end; u += kThreads) {
+    const int channel = u / q.PH, ph = u - channel * q.PH;
+    bn_tanh_pool_row<kWindow>(staged + (channel - pl0) * HW, q, ph, inv_split_rows, sh.bn_a[channel],
+                              sh.bn_s[channel], sh.pooled + u * q.PW, part);
+  }
+}
+
+// GroupNorm of group g's pooled values (sh.pooled, C_g x PHW; part: this thread's share of their
+// sum) into out: the mean, the variance from shared memory, the normalised values in 16-byte
+// stores. after_mean() runs once the mean's barriers have passed: every thread is done with the
+// staged input by then.
+template <typename T, typename AfterMean>
+__device__ __forceinline__ void group_norm_pooled(const TailShared<T>& sh, int C_g, int PHW, int64_t g,
+                                                  typename DTypeTraits<T>::acc_t part, const T* gamma,
+                                                  const T* beta, double gn_eps, float inv_phw, T* out,
+                                                  AfterMean after_mean) {
   using Tr = DTypeTraits<T>;
   using acc_t = typename Tr::acc_t;
   constexpr int kVec = Tr::kVec;
-  extern __shared__ __align__(16) uint8_t smem_raw[];
-  const int G = C / C_g, HW = q.H * q.W, PHW = q.PH * q.PW, numel = C_g * PHW;
-  const int64_t n = blockIdx.x / G, g = blockIdx.x % G;
-  // per channel of the group: BatchNorm's fold (a, s), then GroupNorm's scale and shift
-  acc_t* bn_a = reinterpret_cast<acc_t*>(smem_raw);
-  acc_t* bn_s = bn_a + C_g;
-  acc_t* gn_scale = bn_s + C_g;
-  acc_t* gn_shift = gn_scale + C_g;
-  // [C_g][PHW], the stored values; 16-byte aligned (4 * C_g * sizeof(acc_t) is a multiple of 16)
-  T* pooled = reinterpret_cast<T*>(gn_shift + C_g);
-  T* stage = pooled + (numel + kVec - 1) / kVec * kVec;
-  for (int c = threadIdx.x; c < C_g; c += kThreads)
-    batch_norm_fold(static_cast<int>(g) * C_g + c, mean, var, w, b, bn_eps, bn_a[c], bn_s[c]);
-  acc_t part = 0;  // this thread's outputs, for the mean
-  const T* src_group = x + (n * C + g * C_g) * int64_t(HW);
-  for (int pl0 = 0; pl0 < C_g; pl0 += batch_planes) {
-    const int nb = min(batch_planes, C_g - pl0), len = nb * HW;
-    const T* src = src_group + int64_t(pl0) * HW;
-    const int head = static_cast<int>(vector_head(src, len)), n_vec = (len - head) / kVec;
-    T* dst = stage + misalignment16(src);  // dst + head is 16-byte aligned, like src + head
-    __syncthreads();       // the previous batch's readers are done (and the folds are written)
-    for (int i = threadIdx.x; i < n_vec; i += kThreads)
-      reinterpret_cast<Vec<T, kVec>*>(dst + head)[i] = reinterpret_cast<const Vec<T, kVec>*>(src + head)[i];
-    for (int i = threadIdx.x; i < head; i += kThreads) dst[i] = src[i];
-    for (int i = head + n_vec * kVec + threadIdx.x; i < len; i += kThreads) dst[i] = src[i];
-    __syncthreads();
-    // rows u = plane * PH + ph of this batch's planes, this thread's (u = t mod kThreads) in order
-    const int u_begin = pl0 * q.PH, u_end = u_begin + nb * q.PH;
-    for (int u = u_begin + ((threadIdx.x - u_begin) % kThreads + kThreads) % kThreads; u < u_end; u += kThreads) {
-      const int channel = u / q.PH, ph = u - channel * q.PH;
-      bn_tanh_pool_row<kWindow>(dst + (channel - pl0) * HW, q, ph, inv_split_rows, bn_a[channel], bn_s[channel],
-                                pooled + u * q.PW, part);
-    }
-  }
+  const int numel = C_g * PHW;
+  const T* pooled = sh.pooled;
   double sum[1] = {part};
   block_sum<kThreads>(sum);  // (its barriers also publish the pooled values)
+  after_mean();
   const double mu = sum[0] / numel;
   const acc_t mu_acc = static_cast<acc_t>(mu);
   const int n_vec = numel / kVec;  // pooled is 16-byte aligned
@@ -268,13 +280,14 @@ __device__ __forceinline__ void bn_tanh_pool_group_norm_body(MYOPS_BN_TAIL_PARAM
   const double rstd = rsqrt(sum[0] / numel + gn_eps);
   for (int c = threadIdx.x; c < C_g; c += kThreads) {
     const int64_t ch = g * C_g + c;
-    gn_scale[c] = static_cast<acc_t>(rstd * (gamma ? static_cast<double>(Tr::to_acc(gamma[ch])) : 1.0));
-    gn_shift[c] = beta ? Tr::to_acc(beta[ch]) : acc_t(0);
+    sh.gn_scale[c] = static_cast<acc_t>(rstd * (gamma ? static_cast<double>(Tr::to_acc(gamma[ch])) : 1.0));
+    sh.gn_shift[c] = beta ? Tr::to_acc(beta[ch]) : acc_t(0);
   }
   __syncthreads();
   // The group's output is contiguous: 16-byte stores between a scalar head and tail. (numel <
   // 2^21, as quotient_small needs: the pooled group fits in 64 KB of shared memory.)
-  T* out = y + (n * C + g * C_g) * int64_t(PHW);
+  const acc_t* gn_scale = sh.gn_scale;
+  const acc_t* gn_shift = sh.gn_shift;
   auto affine = [&](T v, acc_t scale, acc_t shift) { return Tr::from_acc((Tr::to_acc(v) - mu_acc) * scale + shift); };
   auto normalised = [&](int e, int c) { return affine(pooled[e], gn_scale[c], gn_shift[c]); };
   const int head = static_cast<int>(vector_head(out, numel)), out_vecs = (numel - head) / kVec;
@@ -317,6 +330,43 @@ __device__ __forceinline__ void bn_tanh_pool_group_norm_body(MYOPS_BN_TAIL_PARAM
     out[e] = normalised(e, quotient_small(e, inv_phw));
 }
 
+// The kernel's parameters, shared by its body and its two entry points (below).
+#define MYOPS_BN_TAIL_PARAMS                                                                      \
+  const T* __restrict__ x, int C, int C_g, PoolInts q, int batch_planes,                \
+      const S* __restrict__ mean, const S* __restrict__ var, const T* __restrict__ w,              \
+      const T* __restrict__ b, double bn_eps, const T* __restrict__ gamma,                        \
+      const T* __restrict__ beta, double gn_eps, float inv_split_rows, float inv_phw, T* __restrict__ y
+#define MYOPS_BN_TAIL_ARGS \
+  x, C, C_g, q, batch_planes, mean, var, w, b, bn_eps, gamma, beta, gn_eps, inv_split_rows, inv_phw, y
+template <int kWindow, typename T, typename S>
+__device__ __forceinline__ void bn_tanh_pool_group_norm_body(MYOPS_BN_TAIL_PARAMS) {
+  using Tr = DTypeTraits<T>;
+  using acc_t = typename Tr::acc_t;
+  constexpr int kVec = Tr::kVec;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  const int G = C / C_g, HW = q.H * q.W, PHW = q.PH * q.PW;
+  const int64_t n = blockIdx.x / G, g = blockIdx.x % G;
+  const TailShared<T> sh(smem_raw, C_g, C_g * PHW);
+  fold_group(sh, g, C_g, mean, var, w, b, bn_eps);
+  acc_t part = 0;  // this thread's outputs, for the mean
+  const T* src_group = x + (n * C + g * C_g) * int64_t(HW);
+  for (int pl0 = 0; pl0 < C_g; pl0 += batch_planes) {
+    const int nb = min(batch_planes, C_g - pl0), len = nb * HW;
+    const T* src = src_group + int64_t(pl0) * HW;
+    const int head = static_cast<int>(vector_head(src, len)), n_vec = (len - head) / kVec;
+    T* dst = sh.stage + misalignment16(src);  // dst + head is 16-byte aligned, like src + head
+    __syncthreads();       // the previous batch's readers are done (and the folds are written)
+    for (int i = threadIdx.x; i < n_vec; i += kThreads)
+      reinterpret_cast<Vec<T, kVec>*>(dst + head)[i] = reinterpret_cast<const Vec<T, kVec>*>(src + head)[i];
+    for (int i = threadIdx.x; i < head; i += kThreads) dst[i] = src[i];
+    for (int i = head + n_vec * kVec + threadIdx.x; i < len; i += kThreads) dst[i] = src[i];
+    __syncthreads();
+    pool_staged_planes<kWindow>(sh, dst, q, pl0, nb, inv_split_rows, part);
+  }
+  group_norm_pooled(sh, C_g, PHW, g, part, gamma, beta, gn_eps, inv_phw, y + (n * C + g * C_g) * int64_t(PHW),
+                    [] {});
+}
+
 template <int kWindow, typename T, typename S>
 __global__ void bn_tanh_pool_group_norm_kernel(MYOPS_BN_TAIL_PARAMS) {
   bn_tanh_pool_group_norm_body<kWindow, T, S>(MYOPS_BN_TAIL_ARGS);
@@ -337,6 +387,59 @@ constexpr auto stored_window_tail_kernel() {
 }
 #undef MYOPS_BN_TAIL_PARAMS
 #undef MYOPS_BN_TAIL_ARGS
+
+// The window-stored tail as persistent blocks that copy each group's stored input with cp.async
+// while they work on the one before (the one-block-per-group kernel waits for its copy, and a
+// block's load, reductions and barriers leave the SM idle in between: latency-bound). A block
+// takes a contiguous run of (group, image) items, group-major (BatchNorm's fold once per group it
+// meets). kStages 2: the next item's copy starts as an item starts; 1: one buffer, refilled once
+// the item's pooling has read it (under its statistics and normalisation). Every item is computed
+// exactly as by the kernel above (same threads, same order): the same bits. The host calls it
+// where a group's input is whole 16-byte vectors (tail_prefetch_layout).
+template <int kStages, int kMinBlocks, typename T, typename S>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    bn_tanh_pool_group_norm_prefetch_kernel(const T* __restrict__ x, int N, int C, int C_g, PoolInts q,
+                                            const S* __restrict__ mean, const S* __restrict__ var,
+                                            const T* __restrict__ w, const T* __restrict__ b, double bn_eps,
+                                            const T* __restrict__ gamma, const T* __restrict__ beta,
+                                            double gn_eps, float inv_split_rows, float inv_phw, T* __restrict__ y) {
+  using acc_t = typename DTypeTraits<T>::acc_t;
+  constexpr int kVec = DTypeTraits<T>::kVec;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  const int HW = q.H * q.W, PHW = q.PH * q.PW, span_vecs = C_g * HW / kVec;
+  const TailShared<T> sh(smem_raw, C_g, C_g * PHW);
+  const int64_t items = int64_t(N) * (C / C_g);
+  const int64_t begin = blockIdx.x * items / gridDim.x, end = (blockIdx.x + 1) * items / gridDim.x;
+  // item i is group i / N of image i % N; its span of a [N, C, plane] tensor starts here
+  auto group_offset = [&](int64_t i, int plane) { return ((i % N) * C + (i / N) * C_g) * int64_t(plane); };
+  T* const stages[2] = {sh.stage, sh.stage + span_vecs * kVec};
+  auto prefetch = [&](int64_t i, T* dst) {  // this thread's vectors of item i, as one commit group
+    if (i < end) {
+      const Vec<T, kVec>* src = reinterpret_cast<const Vec<T, kVec>*>(x + group_offset(i, HW));
+      for (int v = threadIdx.x; v < span_vecs; v += kThreads) cp_async16(reinterpret_cast<Vec<T, kVec>*>(dst) + v, src + v);
+    }
+    cp_async_commit();
+  };
+  prefetch(begin, stages[0]);
+  int64_t folded = -1;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t g = i / N, k = i - begin;
+    const T* staged = stages[kStages == 2 ? k & 1 : 0];
+    // (the other buffer's readers passed the previous item's reductions' barriers)
+    if constexpr (kStages == 2) prefetch(i + 1, stages[(k + 1) & 1]);
+    if (g != folded) {  // (the previous fold's readers likewise)
+      fold_group(sh, g, C_g, mean, var, w, b, bn_eps);
+      folded = g;
+    }
+    cp_async_wait<kStages - 1>();  // this thread's copies of item i
+    __syncthreads();               // everyone's, and the fold
+    acc_t part = 0;
+    pool_staged_planes<3>(sh, staged, q, 0, C_g, inv_split_rows, part);
+    group_norm_pooled(sh, C_g, PHW, g, part, gamma, beta, gn_eps, inv_phw, y + group_offset(i, PHW), [&] {
+      if constexpr (kStages == 1) prefetch(i + 1, stages[0]);
+    });
+  }
+}
 
 // One warp per (n, c) plane (the fallback for groups too large for shared memory), lanes stride
 // over the pooled pixels with a float Welford each.
@@ -377,24 +480,57 @@ bool pool_fits_int32(const Pool2dParams& q) {
            q.sW * q.PW + q.dW * q.kW > lim);
 }
 
-// Shared memory of the one-block-per-group kernel: per-channel folds (4 per channel), the pooled
-// group (at most 64 KB) and input planes staged in equal batches of up to 40 KB (at least one
-// plane, at most 48 KB; 40 KB holds L2_11's 16 bfloat16 planes of 34 x 34 in one batch, and the
-// block limit is registers' four per SM either way), 160 KB in all; 0 if it does not fit.
+// Shared memory of the one-block-per-group kernels before their staged input: per-channel folds
+// (4 per channel) and the pooled group (rounded to 16 bytes; at most 64 KB); 0 if it does not fit.
+int64_t tail_fixed_smem(DType dtype, int64_t C_g, const Pool2dParams& q) {
+  const int64_t elem = dtype_bytes(dtype), vec = 16 / elem;
+  const int64_t pooled = (C_g * q.PH * q.PW + vec - 1) / vec * vec * elem;
+  if (pooled > 64 * 1024 || !pool_fits_int32(q)) return 0;
+  return 4 * C_g * (dtype == DType::F64 ? 8 : 4) + pooled;
+}
+
+// Shared memory of the one-block-per-group kernel: its fixed part and input planes staged in
+// equal batches of up to 40 KB (at least one plane, at most 48 KB; 40 KB holds L2_11's 16
+// bfloat16 planes of 34 x 34 in one batch, and the block limit is registers' four per SM either
+// way), 160 KB in all; 0 if it does not fit.
 struct GroupTail {
   int batch_planes = 0;
   size_t smem = 0;
 };
 GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
-  const int64_t elem = dtype == DType::F64 ? 8 : dtype == DType::F32 ? 4 : 2, vec = 16 / elem;
-  const int64_t pooled = (C_g * q.PH * q.PW + vec - 1) / vec * vec * elem, plane = q.H * q.W * elem;
-  if (pooled > 64 * 1024 || plane > 48 * 1024 || !pool_fits_int32(q)) return {};
+  const int64_t fixed = tail_fixed_smem(dtype, C_g, q), plane = q.H * q.W * dtype_bytes(dtype);
+  if (fixed == 0 || plane > 48 * 1024) return {};
   const int64_t most = std::min<int64_t>(C_g, std::max<int64_t>(1, 40 * 1024 / plane));
   const int64_t batches = (C_g + most - 1) / most, batch = (C_g + batches - 1) / batches;
-  const int64_t per_channel = 4 * C_g * (dtype == DType::F64 ? 8 : 4);  // folds, scales, shifts
-  const int64_t bytes = per_channel + pooled + batch * plane + 16;
+  const int64_t bytes = fixed + batch * plane + 16;
   if (bytes > 160 * 1024) return {};
   return {static_cast<int>(batch), static_cast<size_t>(bytes)};
+}
+
+// Shared memory of the prefetching tail (window-stored input at `in`, 16-byte aligned): the fixed
+// part and `stages` buffers of a group's whole input, which must be whole 16-byte vectors and fit
+// the one-block kernel's single batch; 0 where it does not apply.
+size_t prefetch_tail_smem(DType dtype, int64_t C_g, const Pool2dParams& in, int stages) {
+  const int64_t span = C_g * in.H * in.W * dtype_bytes(dtype);
+  const GroupTail one = group_tail_layout(dtype, C_g, in);
+  if (stages < 1 || one.batch_planes != C_g || span % 16 != 0) return 0;
+  const int64_t bytes = tail_fixed_smem(dtype, C_g, in) + stages * span;
+  return bytes > 160 * 1024 ? 0 : static_cast<size_t>(bytes);
+}
+
+// Buffers of the prefetching tail: MYOPS_TAIL_STAGES (0 = the one-block-per-group kernel), else 2.
+int prefetch_tail_stages() {
+  const char* env = std::getenv("MYOPS_TAIL_STAGES");
+  return env != nullptr ? std::atoi(env) : 2;
+}
+
+// The prefetching tail's entry for T and its buffer count (kernel bounds: 16-bit five blocks per
+// SM, as the one-block kernel; float32 as its shared memory allows).
+template <typename T, typename S>
+auto prefetch_tail_kernel(int stages) {
+  constexpr bool k16 = sizeof(T) == 2;
+  return stages == 1 ? bn_tanh_pool_group_norm_prefetch_kernel<1, k16 ? 5 : 4, T, S>
+                     : bn_tanh_pool_group_norm_prefetch_kernel<2, k16 ? 5 : 3, T, S>;
 }
 
 // The input planes the tail reads: the conv output, or (split_rows > 0) its window-stored form,
@@ -441,9 +577,24 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
     return cudaErrorInvalidConfiguration;
   const Pool2dParams in = tail_input(q, split_rows);
   const GroupTail layout = group_tail_layout(dtype, C / num_groups, in);
+  const int stages = stored_windows && reinterpret_cast<uintptr_t>(x) % 16 == 0 ? prefetch_tail_stages() : 0;
+  const size_t prefetch_smem = prefetch_tail_smem(dtype, C / num_groups, in, stages);
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;
+    if (prefetch_smem > 0) {
+      const auto kernel = prefetch_tail_kernel<T, S>(stages);
+      int64_t blocks = 0;
+      cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), prefetch_smem);
+      if (err == cudaSuccess) err = resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, prefetch_smem, blocks);
+      if (err != cudaSuccess) return err;
+      kernel<<<static_cast<unsigned>(std::min(N * num_groups, blocks)), kThreads, prefetch_smem, stream>>>(
+          static_cast<const T*>(x), static_cast<int>(N), static_cast<int>(C), static_cast<int>(C / num_groups),
+          PoolInts(in), static_cast<const S*>(mean), static_cast<const S*>(var), static_cast<const T*>(bn_weight),
+          static_cast<const T*>(bn_bias), bn_eps, static_cast<const T*>(gn_weight), static_cast<const T*>(gn_bias),
+          gn_eps, 1.f / static_cast<float>(split_rows), 1.f / static_cast<float>(q.PH * q.PW), static_cast<T*>(y));
+      return cudaGetLastError();
+    }
     const bool inside = q.pH == 0 && q.pW == 0;
     auto kernel = stored_windows  ? stored_window_tail_kernel<T, S>()
                   : pool_is_2x2(q) ? bn_tanh_pool_group_norm_kernel<2, T, S>

@@ -9,6 +9,7 @@
 
 #include "common/host_device.h"
 #include "cuda/conv_common.cuh"
+#include "cuda/cp_async.cuh"
 
 namespace myops {
 namespace cuda {
@@ -173,11 +174,6 @@ __device__ inline float ld_nc_indexed(const float* base, int index) {
       : "=f"(v) : "r"(index), "l"(base));
   return v;
 }
-__device__ inline void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "common/conv_params.h"
@@ -41,6 +42,34 @@ inline cudaError_t allow_dynamic_smem(const void* kernel, size_t bytes) {
   const std::lock_guard<std::mutex> lock(mutex);
   size_t& ceiling = ceilings[key];
   ceiling = std::max(ceiling, bytes);
+  return cudaSuccess;
+}
+
+// Blocks of `threads` threads and `smem` bytes of dynamic shared memory that the current device
+// runs at once (SMs x blocks per SM): a persistent kernel's grid. Cached per kernel, device and
+// size (the occupancy query is host time on every launch otherwise).
+inline cudaError_t resident_blocks(const void* kernel, int threads, size_t smem, int64_t& blocks) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, size_t>, int64_t> cache;
+  const auto key = std::make_tuple(kernel, device, threads, smem);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = cache.find(key);
+    if (it != cache.end()) {
+      blocks = it->second;
+      return cudaSuccess;
+    }
+  }
+  int sms = 0, per_sm = 0;
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+  if (err != cudaSuccess) return err;
+  blocks = int64_t(sms) * std::max(per_sm, 1);
+  const std::lock_guard<std::mutex> lock(mutex);
+  cache[key] = blocks;
   return cudaSuccess;
 }
 
