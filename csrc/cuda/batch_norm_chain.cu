@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/batch_norm_chain.cuh"
@@ -388,15 +389,17 @@ constexpr auto stored_window_tail_kernel() {
 #undef MYOPS_BN_TAIL_PARAMS
 #undef MYOPS_BN_TAIL_ARGS
 
-// The window-stored tail as persistent blocks that copy each group's stored input with cp.async
-// while they work on the one before (the one-block-per-group kernel waits for its copy, and a
-// block's load, reductions and barriers leave the SM idle in between: latency-bound). A block
+// The window-stored tail as persistent blocks that copy each item's stored input with cp.async
+// while they finish the one before: the one-block-per-group kernel waits for its copy with
+// nothing else to do, and its loads, reductions and barriers leave the SM latency-bound. A block
 // takes a contiguous run of (group, image) items, group-major (BatchNorm's fold once per group it
-// meets). kStages 2: the next item's copy starts as an item starts; 1: one buffer, refilled once
-// the item's pooling has read it (under its statistics and normalisation). Every item is computed
-// exactly as by the kernel above (same threads, same order): the same bits. The host calls it
-// where a group's input is whole 16-byte vectors (tail_prefetch_layout).
-template <int kStages, int kMinBlocks, typename T, typename S>
+// meets), and refills its one buffer as soon as the item's pooling has read it, under the item's
+// statistics and normalisation. (A second buffer, the next copy issued as an item starts, was
+// slower: H100, L2_11 tail us, one-block kernel / one buffer / two buffers: bfloat16 66.9-67.3 /
+// 63.0-63.6 / 71.0-71.3, float32 80.5-81.5 / 74.3-75.2 / 91.3-92.0.) Every item is computed as by
+// the kernel above (same threads, same order): the same bits. The host calls it where an item's
+// input is whole 16-byte vectors (prefetch_tail_smem).
+template <int kMinBlocks, typename T, typename S>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     bn_tanh_pool_group_norm_prefetch_kernel(const T* __restrict__ x, int N, int C, int C_g, PoolInts q,
                                             const S* __restrict__ mean, const S* __restrict__ var,
@@ -412,32 +415,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int64_t begin = blockIdx.x * items / gridDim.x, end = (blockIdx.x + 1) * items / gridDim.x;
   // item i is group i / N of image i % N; its span of a [N, C, plane] tensor starts here
   auto group_offset = [&](int64_t i, int plane) { return ((i % N) * C + (i / N) * C_g) * int64_t(plane); };
-  T* const stages[2] = {sh.stage, sh.stage + span_vecs * kVec};
-  auto prefetch = [&](int64_t i, T* dst) {  // this thread's vectors of item i, as one commit group
-    if (i < end) {
-      const Vec<T, kVec>* src = reinterpret_cast<const Vec<T, kVec>*>(x + group_offset(i, HW));
-      for (int v = threadIdx.x; v < span_vecs; v += kThreads) cp_async16(reinterpret_cast<Vec<T, kVec>*>(dst) + v, src + v);
-    }
+  auto prefetch = [&](int64_t i) {  // this thread's vectors of item i's input
+    if (i >= end) return;
+    const Vec<T, kVec>* src = reinterpret_cast<const Vec<T, kVec>*>(x + group_offset(i, HW));
+    Vec<T, kVec>* dst = reinterpret_cast<Vec<T, kVec>*>(sh.stage);
+    for (int v = threadIdx.x; v < span_vecs; v += kThreads) cp_async16(dst + v, src + v);
     cp_async_commit();
   };
-  prefetch(begin, stages[0]);
+  prefetch(begin);
   int64_t folded = -1;
   for (int64_t i = begin; i < end; ++i) {
-    const int64_t g = i / N, k = i - begin;
-    const T* staged = stages[kStages == 2 ? k & 1 : 0];
-    // (the other buffer's readers passed the previous item's reductions' barriers)
-    if constexpr (kStages == 2) prefetch(i + 1, stages[(k + 1) & 1]);
-    if (g != folded) {  // (the previous fold's readers likewise)
+    const int64_t g = i / N;
+    if (g != folded) {  // (the previous fold's readers passed the previous item's barriers)
       fold_group(sh, g, C_g, mean, var, w, b, bn_eps);
       folded = g;
     }
-    cp_async_wait<kStages - 1>();  // this thread's copies of item i
-    __syncthreads();               // everyone's, and the fold
+    cp_async_wait_all();  // this thread's copies of item i
+    __syncthreads();      // everyone's, and the fold
     acc_t part = 0;
-    pool_staged_planes<3>(sh, staged, q, 0, C_g, inv_split_rows, part);
-    group_norm_pooled(sh, C_g, PHW, g, part, gamma, beta, gn_eps, inv_phw, y + group_offset(i, PHW), [&] {
-      if constexpr (kStages == 1) prefetch(i + 1, stages[0]);
-    });
+    pool_staged_planes<3>(sh, sh.stage, q, 0, C_g, inv_split_rows, part);
+    group_norm_pooled(sh, C_g, PHW, g, part, gamma, beta, gn_eps, inv_phw, y + group_offset(i, PHW),
+                      [&] { prefetch(i + 1); });
   }
 }
 
@@ -508,29 +506,23 @@ GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
 }
 
 // Shared memory of the prefetching tail (window-stored input at `in`, 16-byte aligned): the fixed
-// part and `stages` buffers of a group's whole input, which must be whole 16-byte vectors and fit
-// the one-block kernel's single batch; 0 where it does not apply.
-size_t prefetch_tail_smem(DType dtype, int64_t C_g, const Pool2dParams& in, int stages) {
+// part and a buffer of an item's whole input, which must be whole 16-byte vectors and fit the
+// one-block kernel's single batch; 0 where it does not apply, or with MYOPS_TAIL_PREFETCH=0 (the
+// one-block kernel, for comparisons).
+size_t prefetch_tail_smem(DType dtype, int64_t C_g, const Pool2dParams& in) {
+  const char* env = std::getenv("MYOPS_TAIL_PREFETCH");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return 0;
   const int64_t span = C_g * in.H * in.W * dtype_bytes(dtype);
-  const GroupTail one = group_tail_layout(dtype, C_g, in);
-  if (stages < 1 || one.batch_planes != C_g || span % 16 != 0) return 0;
-  const int64_t bytes = tail_fixed_smem(dtype, C_g, in) + stages * span;
+  if (group_tail_layout(dtype, C_g, in).batch_planes != C_g || span % 16 != 0) return 0;
+  const int64_t bytes = tail_fixed_smem(dtype, C_g, in) + span;
   return bytes > 160 * 1024 ? 0 : static_cast<size_t>(bytes);
 }
 
-// Buffers of the prefetching tail: MYOPS_TAIL_STAGES (0 = the one-block-per-group kernel), else 2.
-int prefetch_tail_stages() {
-  const char* env = std::getenv("MYOPS_TAIL_STAGES");
-  return env != nullptr ? std::atoi(env) : 2;
-}
-
-// The prefetching tail's entry for T and its buffer count (kernel bounds: 16-bit five blocks per
-// SM, as the one-block kernel; float32 as its shared memory allows).
+// The prefetching tail's entry for T: 16-bit at five blocks per SM, as the one-block kernel; four
+// for float32 (64 registers).
 template <typename T, typename S>
-auto prefetch_tail_kernel(int stages) {
-  constexpr bool k16 = sizeof(T) == 2;
-  return stages == 1 ? bn_tanh_pool_group_norm_prefetch_kernel<1, k16 ? 5 : 4, T, S>
-                     : bn_tanh_pool_group_norm_prefetch_kernel<2, k16 ? 5 : 3, T, S>;
+constexpr auto prefetch_tail_kernel() {
+  return bn_tanh_pool_group_norm_prefetch_kernel<sizeof(T) == 2 ? 5 : 4, T, S>;
 }
 
 // The input planes the tail reads: the conv output, or (split_rows > 0) its window-stored form,
@@ -577,13 +569,14 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
     return cudaErrorInvalidConfiguration;
   const Pool2dParams in = tail_input(q, split_rows);
   const GroupTail layout = group_tail_layout(dtype, C / num_groups, in);
-  const int stages = stored_windows && reinterpret_cast<uintptr_t>(x) % 16 == 0 ? prefetch_tail_stages() : 0;
-  const size_t prefetch_smem = prefetch_tail_smem(dtype, C / num_groups, in, stages);
+  const size_t prefetch_smem = stored_windows && reinterpret_cast<uintptr_t>(x) % 16 == 0
+                                   ? prefetch_tail_smem(dtype, C / num_groups, in)
+                                   : 0;
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = typename DTypeTraits<T>::acc_t;
     if (prefetch_smem > 0) {
-      const auto kernel = prefetch_tail_kernel<T, S>(stages);
+      constexpr auto kernel = prefetch_tail_kernel<T, S>();
       int64_t blocks = 0;
       cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), prefetch_smem);
       if (err == cudaSuccess) err = resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, prefetch_smem, blocks);
