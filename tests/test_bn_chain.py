@@ -267,7 +267,7 @@ def test_window_stored_intermediate_matches_two_ops_exactly(dtype, path, width, 
 
 # The window-stored tail runs as persistent blocks that copy each (n, group)'s input with
 # cp.async while finishing the previous one (MYOPS_TAIL_PREFETCH=0: the one-block-per-group
-# kernel). 96 images x 32 or 8 groups: several items per block on an H100 (132 SMs x 4-5 blocks),
+# kernel). 96 images x 32 or 8 groups: up to 3 items per block on an H100 (132 SMs x 4-8 blocks),
 # runs that cross from one group to the next (BatchNorm's fold recomputed), and an item count no
 # multiple of the grid. Every item is computed as by the one-block kernel: the same bits.
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")

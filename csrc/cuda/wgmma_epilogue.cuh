@@ -9,16 +9,10 @@
 #include "cuda/conv_common.cuh"
 #include "cuda/conv_tile_geometry.cuh"
 #include "cuda/gelu_fast.cuh"
+#include "cuda/window_store.cuh"
 
 namespace myops {
 namespace cuda {
-
-// max(a, b), NaN if either is NaN (max_pool2d's rule), in one instruction.
-__device__ __forceinline__ float max_nan(float a, float b) {
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
 
 // ep.pool_windows: a lane's values of one channel (acc register 2 hc + e of each row, as stored)
 // reduced per 2 x 2 window and stored. A window opens on an even output row, so with the tile's

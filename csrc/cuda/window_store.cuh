@@ -25,5 +25,15 @@ MYOPS_HD int64_t window_store_rows(int64_t OH, int64_t tile_rows) {
   return OH < 2 ? 0 : window_store_row<int64_t>(OH / 2 * 2 - 1, tile_rows) + 1;
 }
 
+#ifdef __CUDACC__
+// max(a, b), NaN if either is NaN (max_pool2d's rule), in one instruction: how the conv epilogue
+// reduces a window and the tail combines a split window's two halves.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+#endif
+
 }  // namespace cuda
 }  // namespace myops
