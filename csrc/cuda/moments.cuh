@@ -67,11 +67,19 @@ __device__ void block_sum(double (&v)[kCount]) {
 #pragma unroll
     for (int k = 0; k < kCount; ++k) red[k][threadIdx.x / 32] = v[k];
   __syncthreads();
+  // (one value: the loop unrolled, as the BatchNorm chain's tail sums; with two, unrolled loads
+  // raised group_stats_kernel's registers from 32 to 42-46)
+  if constexpr (kCount == 1) {
+    v[0] = red[0][0];
 #pragma unroll
-  for (int k = 0; k < kCount; ++k) {
-    v[k] = red[k][0];
+    for (int w = 1; w < kWarps; ++w) v[0] += red[0][w];
+  } else {
+#pragma unroll
+    for (int k = 0; k < kCount; ++k) {
+      v[k] = red[k][0];
 #pragma unroll 1
-    for (int w = 1; w < kWarps; ++w) v[k] += red[k][w];
+      for (int w = 1; w < kWarps; ++w) v[k] += red[k][w];
+    }
   }
 }
 
