@@ -509,17 +509,17 @@ GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
   return {static_cast<int>(batch), static_cast<size_t>(bytes)};
 }
 
-// Shared memory of the prefetching tail (window-stored input at `in`, 16-byte aligned): the fixed
-// part and a buffer of an item's whole input, which must be whole 16-byte vectors and fit the
-// one-block kernel's single batch; 0 where it does not apply, or with MYOPS_TAIL_PREFETCH=0 (the
-// one-block kernel, for comparisons).
-size_t prefetch_tail_smem(DType dtype, int64_t C_g, const Pool2dParams& in) {
+// Shared memory of the prefetching tail (window-stored input at `in`, 16-byte aligned), given the
+// one-block kernel's layout: the fixed part and a buffer of an item's whole input, which must be
+// whole 16-byte vectors and that layout's single batch (so it fits: the one-block kernel's
+// shared memory less its misalignment slack); 0 where it does not apply, or with
+// MYOPS_TAIL_PREFETCH=0 (the one-block kernel, for comparisons).
+size_t prefetch_tail_smem(DType dtype, int64_t C_g, const Pool2dParams& in, const GroupTail& one_block) {
   const char* env = std::getenv("MYOPS_TAIL_PREFETCH");
   if (env != nullptr && std::strcmp(env, "0") == 0) return 0;
   const int64_t span = C_g * in.H * in.W * dtype_bytes(dtype);
-  if (group_tail_layout(dtype, C_g, in).batch_planes != C_g || span % 16 != 0) return 0;
-  const int64_t bytes = tail_fixed_smem(dtype, C_g, in) + span;
-  return bytes > 160 * 1024 ? 0 : static_cast<size_t>(bytes);
+  if (one_block.batch_planes != C_g || span % 16 != 0) return 0;
+  return static_cast<size_t>(tail_fixed_smem(dtype, C_g, in) + span);
 }
 
 // The prefetching tail's entry for T. 16-bit: eight blocks per SM, the most 256-thread blocks an
@@ -577,7 +577,7 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
   const Pool2dParams in = tail_input(q, split_rows);
   const GroupTail layout = group_tail_layout(dtype, C / num_groups, in);
   const size_t prefetch_smem = stored_windows && reinterpret_cast<uintptr_t>(x) % 16 == 0
-                                   ? prefetch_tail_smem(dtype, C / num_groups, in)
+                                   ? prefetch_tail_smem(dtype, C / num_groups, in, layout)
                                    : 0;
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -12,12 +12,8 @@ __device__ inline void cp_async16(void* smem, const void* gmem) {
                "l"(gmem));
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most kPending of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ inline void cp_async_wait_all() { cp_async_wait<0>(); }
+// Waits for all of this thread's committed groups.
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 }  // namespace cuda
 }  // namespace myops
