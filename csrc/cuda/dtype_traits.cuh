@@ -50,6 +50,7 @@ struct DTypeTraits<double> {
   using acc_t = double;
   __device__ static double to_acc(double v) { return v; }
   __device__ static double from_acc(double v) { return v; }
+  __device__ static Vec<double, 2> from_acc2(double a, double b) { return {{a, b}}; }
   static constexpr int kVec = 2;
   template <bool kTensorCore>
   using Wmma = NoWmma;
