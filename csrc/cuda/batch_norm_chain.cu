@@ -49,15 +49,15 @@ __global__ void channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int
   }
 }
 
-// The pooling window arithmetic in 32-bit (the host checks the ranges). inv_PH: for
-// quotient_small's division of a group's pooled row index by PH.
+// The pooling window arithmetic in 32-bit (the host checks the ranges). inv_PH, inv_PW: for
+// quotient_small's divisions of a group's pooled row and value indices.
 struct PoolInts {
   int H, W, PH, PW, kH, kW, sH, sW, pH, pW, dH, dW;
-  float inv_PH;
+  float inv_PH, inv_PW;
   explicit PoolInts(const Pool2dParams& q)
       : H(int(q.H)), W(int(q.W)), PH(int(q.PH)), PW(int(q.PW)), kH(int(q.kH)), kW(int(q.kW)), sH(int(q.sH)),
         sW(int(q.sW)), pH(int(q.pH)), pW(int(q.pW)), dH(int(q.dH)), dW(int(q.dW)),
-        inv_PH(q.PH > 0 ? 1.f / static_cast<float>(q.PH) : 0.f) {}
+        inv_PH(q.PH > 0 ? 1.f / static_cast<float>(q.PH) : 0.f), inv_PW(q.PW > 0 ? 1.f / static_cast<float>(q.PW) : 0.f) {}
 };
 
 // BatchNorm folded into one FMA per element (the fold in float64): y = x * a + s.
@@ -153,27 +153,39 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_stored_window(const T* 
   return tanh_to_store<T>(best);
 }
 
-// One pooled row (ph) of one staged plane: its outputs stored as T in `out` and added to `sum` in
-// column order. The row's window geometry (kWindow 3: its stored rows) is found once for its PW
-// outputs.
+// Pooled value (ph, pw) of one staged plane, the window given by kWindow (below); kWindow 3 with
+// the stored rows of pooled row ph already found (first, second).
 template <int kWindow, typename T>
-__device__ inline void bn_tanh_pool_row(const T* plane, const PoolInts& q, int ph, float inv_split_rows,
-                                        typename DTypeTraits<T>::acc_t a, typename DTypeTraits<T>::acc_t s,
-                                        T* out, typename DTypeTraits<T>::acc_t& sum) {
+__device__ __forceinline__ typename DTypeTraits<T>::acc_t bn_tanh_pooled_value(
+    const T* plane, const T* first, const T* second, const PoolInts& q, int ph, int pw,
+    typename DTypeTraits<T>::acc_t a, typename DTypeTraits<T>::acc_t s) {
+  if constexpr (kWindow == 3) return bn_tanh_stored_window(first, second, pw, a, s);
+  else if constexpr (kWindow == 2) return bn_tanh_window_max_fixed<2, 2>(plane, q.W, ph, pw, a, s);
+  else return bn_tanh_window_max<kWindow == 1>(plane, q, ph, pw, a, s);
+}
+
+// The stored rows that pooled row ph of a window-stored plane reads (kWindow 3; else unused).
+template <int kWindow, typename T>
+__device__ __forceinline__ const T* stored_window_row(const T* plane, const PoolInts& q, int ph, int half,
+                                                      float inv_split_rows) {
+  if constexpr (kWindow == 3) return plane + window_store_row_small(2 * ph + half, inv_split_rows) * q.W;
+  else return plane;
+}
+
+// Pooled values e0, e0 + step, ... (< e1) of one staged plane's pooled row ph: stored as T in
+// `out` (indexed as the row) and added to `sum` in that order. The row's window geometry (kWindow
+// 3: its stored rows) is found once for its values.
+template <int kWindow, typename T>
+__device__ inline void bn_tanh_pool_row(const T* plane, const PoolInts& q, int ph, int e0, int e1, int step,
+                                        float inv_split_rows, typename DTypeTraits<T>::acc_t a,
+                                        typename DTypeTraits<T>::acc_t s, T* out,
+                                        typename DTypeTraits<T>::acc_t& sum) {
   using Tr = DTypeTraits<T>;
-  const T* first = plane;
-  const T* second = plane;
-  if constexpr (kWindow == 3) {
-    first += window_store_row_small(2 * ph, inv_split_rows) * q.W;
-    second += window_store_row_small(2 * ph + 1, inv_split_rows) * q.W;
-  }
+  const T* first = stored_window_row<kWindow>(plane, q, ph, 0, inv_split_rows);
+  const T* second = stored_window_row<kWindow>(plane, q, ph, 1, inv_split_rows);
 #pragma unroll 2
-  for (int pw = 0; pw < q.PW; ++pw) {
-    typename Tr::acc_t v;
-    if constexpr (kWindow == 3) v = bn_tanh_stored_window(first, second, pw, a, s);
-    else if constexpr (kWindow == 2) v = bn_tanh_window_max_fixed<2, 2>(plane, q.W, ph, pw, a, s);
-    else v = bn_tanh_window_max<kWindow == 1>(plane, q, ph, pw, a, s);
-    const T stored = Tr::from_acc(v);
+  for (int pw = e0; pw < e1; pw += step) {
+    const T stored = Tr::from_acc(bn_tanh_pooled_value<kWindow>(plane, first, second, q, ph, pw, a, s));
     out[pw] = stored;
     sum += Tr::to_acc(stored);
   }
@@ -235,18 +247,30 @@ __device__ __forceinline__ void fold_group(const TailShared<T>& sh, int64_t g, i
     batch_norm_fold(static_cast<int>(g) * C_g + c, mean, var, w, b, eps, sh.bn_a[c], sh.bn_s[c]);
 }
 
-// BN + tanh + max-pool of the group's planes pl0 .. pl0 + nb - 1, staged from `staged` on, into
-// sh.pooled: the rows u = plane * PH + ph of these planes, this thread's (u = t mod kThreads) in
-// order, their outputs added to part.
+// BN + tanh + max-pool of planes pl0 .. pl0 + nb - 1 of a group of C_g, staged from `staged` on,
+// into sh.pooled, this thread's outputs added to part in order. The group's pooled rows u = plane
+// * PH + ph below the last whole multiple of kThreads go a row per thread (u = t mod kThreads);
+// the values of the rows after it, a value per thread (value e of those rows, e = t mod
+// kThreads), so that no warp pools a second row while the others wait (H100, L2_11: 272 rows,
+// warp 0 pooled two). Whatever the batching, each thread's values are the same, in the same
+// order: the statistics are the same bits.
 template <int kWindow, typename T>
 __device__ __forceinline__ void pool_staged_planes(const TailShared<T>& sh, const T* staged, const PoolInts& q,
-                                                   int pl0, int nb, float inv_split_rows,
+                                                   int pl0, int nb, int C_g, float inv_split_rows,
                                                    typename DTypeTraits<T>::acc_t& part) {
   const int HW = q.H * q.W, u_begin = pl0 * q.PH, u_end = u_begin + nb * q.PH;
-  for (int u = u_begin + ((threadIdx.x - u_begin) % kThreads + kThreads) % kThreads; u < u_end; u += kThreads) {
+  const int row_wise = C_g * q.PH / kThreads * kThreads;  // rows [0, row_wise): a row per thread
+  auto first_mine = [](int begin) { return begin + ((int(threadIdx.x) - begin) % kThreads + kThreads) % kThreads; };
+  auto pool_row = [&](int u, int e0, int e1, int step) {  // values e0, e0 + step, .. < e1 of row u
     const int channel = quotient_small(u, q.inv_PH), ph = u - channel * q.PH;
-    bn_tanh_pool_row<kWindow>(staged + (channel - pl0) * HW, q, ph, inv_split_rows, sh.bn_a[channel],
-                              sh.bn_s[channel], sh.pooled + u * q.PW, part);
+    bn_tanh_pool_row<kWindow>(staged + (channel - pl0) * HW, q, ph, e0, e1, step, inv_split_rows,
+                              sh.bn_a[channel], sh.bn_s[channel], sh.pooled + u * q.PW, part);
+  };
+  for (int u = first_mine(u_begin); u < min(u_end, row_wise); u += kThreads) pool_row(u, 0, q.PW, 1);
+  const int e_end = (u_end - row_wise) * q.PW;  // values of the rows after row_wise, as one run
+  for (int e = first_mine(max(u_begin - row_wise, 0) * q.PW); e < e_end; e += kThreads) {
+    const int r = quotient_small(e, q.inv_PW), pw = e - r * q.PW;
+    pool_row(row_wise + r, pw, pw + 1, 1);
   }
 }
 
@@ -378,7 +402,7 @@ __device__ __forceinline__ void bn_tanh_pool_group_norm_body(MYOPS_BN_TAIL_PARAM
     for (int i = threadIdx.x; i < head; i += kThreads) dst[i] = src[i];
     for (int i = head + n_vec * kVec + threadIdx.x; i < len; i += kThreads) dst[i] = src[i];
     __syncthreads();
-    pool_staged_planes<kWindow>(sh, dst, q, pl0, nb, inv_split_rows, part);
+    pool_staged_planes<kWindow>(sh, dst, q, pl0, nb, C_g, inv_split_rows, part);
   }
   group_norm_pooled(sh, C_g, PHW, g, part, gamma, beta, gn_eps, inv_phw, inv_numel,
                     y + (n * C + g * C_g) * int64_t(PHW), [] {});
@@ -451,7 +475,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     cp_async_wait_all();  // this thread's copies of item i
     __syncthreads();      // everyone's, and the fold
     acc_t part = 0;
-    pool_staged_planes<3>(sh, sh.stage, q, 0, C_g, inv_split_rows, part);
+    pool_staged_planes<3>(sh, sh.stage, q, 0, C_g, C_g, inv_split_rows, part);
     group_norm_pooled(sh, C_g, PHW, g, part, gamma, beta, gn_eps, inv_phw, inv_numel, y + group_offset(n, g, PHW),
                       [&] {
                         if (i + 1 < end) prefetch(n + 1 == N ? 0 : n + 1, n + 1 == N ? g + 1 : g);
