@@ -183,7 +183,7 @@ __device__ inline void bn_tanh_pool_row(const T* plane, const PoolInts& q, int p
   using Tr = DTypeTraits<T>;
   const T* first = stored_window_row<kWindow>(plane, q, ph, 0, inv_split_rows);
   const T* second = stored_window_row<kWindow>(plane, q, ph, 1, inv_split_rows);
-#pragma unroll 2
+#pragma unroll 4
   for (int pw = e0; pw < e1; pw += step) {
     const T stored = Tr::from_acc(bn_tanh_pooled_value<kWindow>(plane, first, second, q, ph, pw, a, s));
     out[pw] = stored;
