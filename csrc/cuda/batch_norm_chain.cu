@@ -18,34 +18,50 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One block per channel: the channel's (n, tile) entries in a fixed order. A thread's entries
-// are loaded kBatch at a time before they are combined: one at a time, each load waited for the
-// previous combine (a dependent chain of L2 latencies: 14 us for L2_11's 3072 entries per channel
-// on the H100).
+// One block per channel: the channel's (n, tile) entries (count, mean, M2) in a fixed order,
+// summed about a shift K, the channel's first entry's mean: s1 = sum n_i (mean_i - K) and s2 =
+// sum M2_i + n_i (mean_i - K)^2 in float64, then mean = K + s1 / n and M2 = s2 - s1^2 / n (their
+// float64 rounding scaled by (mean - K)^2 / var, which the shift keeps near 1). No entry costs a
+// division: Chan's pairwise combination divided per entry, and with the 64-bit (image, tile)
+// division per entry that was ~75% of the kernel's instructions and its dependent chain (ncu,
+// H100, L2_11: 3072 entries per channel, 8.8 us). A thread's entries are loaded kBatch at a time
+// before they are summed.
 template <typename S>
 __global__ void channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int64_t C, int64_t T,
                                      S* __restrict__ mean, S* __restrict__ var) {
   constexpr int kBatch = 8;
   const int64_t c = blockIdx.x, total = N * T;
-  auto entry = [&](int64_t i) { return tiles + (((i / T) * C + c) * T + i % T) * 3; };
-  Moments acc{0, 0, 0};
+  const double shift = static_cast<double>(tiles[c * T * 3 + 1]);  // entry (0, 0)'s mean
+  // this thread's entries i = threadIdx.x + j kThreads, walked as (image, tile) = (i / T, i % T)
+  int64_t n = threadIdx.x / T, t = threadIdx.x % T;
+  const int64_t step_n = kThreads / T, step_t = kThreads % T;
+  double sums[3] = {0, 0, 0};  // count, s1, s2
   for (int64_t i0 = threadIdx.x; i0 < total; i0 += int64_t(kBatch) * kThreads) {
     S e[kBatch][3];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int64_t i = i0 + int64_t(b) * kThreads;
-      const S* src = entry(i < total ? i : 0);
+      const bool inside = i0 + int64_t(b) * kThreads < total;
+      const S* src = tiles + ((inside ? n : 0) * C + c) * T * 3 + (inside ? t : 0) * 3;
 #pragma unroll
       for (int k = 0; k < 3; ++k) e[b][k] = src[k];
+      t += step_t, n += step_n;
+      if (t >= T) t -= T, ++n;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (i0 + int64_t(b) * kThreads < total) acc = combine(acc, {e[b][0], e[b][1], e[b][2]});
+      if (i0 + int64_t(b) * kThreads < total) {
+        const double count = e[b][0], d = static_cast<double>(e[b][1]) - shift;
+        sums[0] += count;
+        sums[1] += count * d;
+        sums[2] += static_cast<double>(e[b][2]) + count * d * d;
+      }
   }
-  const Moments all = block_combine<kThreads>(acc);
+  block_sum<kThreads>(sums);
   if (threadIdx.x == 0) {
-    mean[c] = static_cast<S>(all.n > 0 ? all.mean : 0.0);
-    var[c] = static_cast<S>(all.n > 0 ? all.m2 / all.n : __longlong_as_double(0x7ff8000000000000LL));
+    const double count = sums[0], m2 = sums[2] - sums[1] * sums[1] / count;
+    mean[c] = static_cast<S>(count > 0 ? shift + sums[1] / count : 0.0);
+    // (rounding can take a constant channel's M2 below zero; NaN stays NaN)
+    var[c] = static_cast<S>(count > 0 ? (m2 < 0 ? 0.0 : m2) / count : __longlong_as_double(0x7ff8000000000000LL));
   }
 }
 
