@@ -302,6 +302,31 @@ def test_prefetching_tail_matches_one_block_per_group(dtype, num_groups, trainin
     assert torch.equal(got.nan_to_num(), expected.nan_to_num())
 
 
+# In training the prefetching tail is launched to start under the batch statistics' kernel
+# (programmatic dependent launch: its blocks copy their first input, then wait for the
+# statistics); MYOPS_TAIL_PDL=0 launches it after that kernel ends. Several rounds, since a
+# missing wait would show as an occasional difference.
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_tail_started_under_the_statistics_matches_a_plain_launch(dtype, monkeypatch):
+    torch.manual_seed(0)
+    dev = "cuda"
+    x = torch.rand(96, 64, 32, 31, device=dev, dtype=dtype)
+    w = torch.randn(64, 128, 5, 5, device=dev, dtype=dtype) * 0.05
+    bn_w, bn_b, gn_w, gn_b = (torch.randn(128, device=dev, dtype=dtype) for _ in range(4))
+
+    def chain(early):
+        monkeypatch.setenv("MYOPS_TAIL_PDL", early)
+        return getattr(torch.ops.myops, OP)(x, w, None, [1, 1], [1, 1], [0, 0], 1, [1, 1], None, None, bn_w, bn_b,
+                                            True, 1e-5, [2, 2], [2, 2], [0, 0], [1, 1], 8, gn_w, gn_b, 1e-5)
+
+    expected = chain("0")
+    for _ in range(5):
+        got = chain("1")
+        for g, e in zip(got, expected):
+            assert torch.equal(g, e)
+
+
 def test_max_pool_ties_route_gradient_like_pytorch():
     # constant planes: every window is a tie; PyTorch sends the gradient to the first maximum
     x = torch.zeros(1, 2, 4, 4, dtype=torch.float64, requires_grad=True)

@@ -9,6 +9,7 @@
 #include "cuda/batch_norm_chain.cuh"
 #include "cuda/cp_async.cuh"
 #include "cuda/dtype_traits.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/moments.cuh"
 #include "cuda/window_store.cuh"
 
@@ -25,10 +26,12 @@ constexpr int kThreads = 256;
 // division: Chan's pairwise combination divided per entry, and with the 64-bit (image, tile)
 // division per entry that was ~75% of the kernel's instructions and its dependent chain (ncu,
 // H100, L2_11: 3072 entries per channel, 8.8 us). A thread's entries are loaded kBatch at a time
-// before they are summed.
+// before they are summed. The BatchNorm chain's tail may launch as soon as it starts (its blocks
+// copy their first input, then wait for these statistics: wait_for_prior_grid).
 template <typename S>
 __global__ void channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int64_t C, int64_t T,
                                      S* __restrict__ mean, S* __restrict__ var) {
+  allow_dependent_launch();
   constexpr int kBatch = 8;
   const int64_t c = blockIdx.x, total = N * T;
   const double shift = static_cast<double>(tiles[c * T * 3 + 1]);  // entry (0, 0)'s mean
@@ -454,7 +457,10 @@ constexpr auto stored_window_tail_kernel() {
 // slower: H100, L2_11 tail us, one-block kernel / one buffer / two buffers: bfloat16 66.9-67.3 /
 // 63.0-63.6 / 71.0-71.3, float32 80.5-81.5 / 74.3-75.2 / 91.3-92.0.) Every item is computed as by
 // the kernel above (same threads, same order): the same bits. The host calls it where an item's
-// input is whole 16-byte vectors (prefetch_tail_smem).
+// input is whole 16-byte vectors (prefetch_tail_smem). Launched right after channel_stats_kernel
+// (the chain in training), it may start while that kernel runs (programmatic dependent launch):
+// its blocks issue their first copy, whose input the conv before the statistics wrote, and only
+// then wait for the statistics. (Launched otherwise, the wait returns at once.)
 template <int kMinBlocks, typename T, typename S>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     bn_tanh_pool_group_norm_prefetch_kernel(const T* __restrict__ x, int N, int C, int C_g, PoolInts q,
@@ -483,6 +489,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     cp_async_commit();
   };
   if (begin < end) prefetch(begin - g * N, g);
+  wait_for_prior_grid();  // the batch statistics (mean, var) are the prior kernel's
   for (int i = begin; i < end; ++i) {
     int n = i - g * N;
     if (n == N) n = 0, ++g;
@@ -565,14 +572,19 @@ GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
   return {static_cast<int>(batch), static_cast<size_t>(bytes)};
 }
 
+// Whether environment variable `name` is "0": switches that turn a path off for comparisons.
+bool env_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::strcmp(env, "0") == 0;
+}
+
 // Shared memory of the prefetching tail (window-stored input at `in`, 16-byte aligned), given the
 // one-block kernel's layout: the fixed part and a buffer of an item's whole input, which must be
 // whole 16-byte vectors and that layout's single batch (so it fits: the one-block kernel's
 // shared memory less its misalignment slack); 0 where it does not apply, or with
 // MYOPS_TAIL_PREFETCH=0 (the one-block kernel, for comparisons).
 size_t prefetch_tail_smem(DType dtype, int64_t C_g, const Pool2dParams& in, const GroupTail& one_block) {
-  const char* env = std::getenv("MYOPS_TAIL_PREFETCH");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return 0;
+  if (env_off("MYOPS_TAIL_PREFETCH")) return 0;
   const int64_t span = C_g * in.H * in.W * dtype_bytes(dtype);
   if (one_block.batch_planes != C_g || span % 16 != 0) return 0;
   return static_cast<size_t>(tail_fixed_smem(dtype, C_g, in) + span);
@@ -624,7 +636,8 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
                                                   const Pool2dParams& q, int64_t split_rows, const void* mean,
                                                   const void* var, const void* bn_weight, const void* bn_bias,
                                                   double bn_eps, int64_t num_groups, const void* gn_weight,
-                                                  const void* gn_bias, double gn_eps, void* y, cudaStream_t stream) {
+                                                  const void* gn_bias, double gn_eps, void* y, bool after_stats,
+                                                  cudaStream_t stream) {
   if (N * C == 0 || q.PH * q.PW == 0) return cudaSuccess;
   const bool stored_windows = split_rows > 0;
   if (stored_windows && !pool_is_2x2(q)) return cudaErrorInvalidValue;
@@ -645,13 +658,25 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
       cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), prefetch_smem);
       if (err == cudaSuccess) err = resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, prefetch_smem, blocks);
       if (err != cudaSuccess) return err;
-      kernel<<<static_cast<unsigned>(std::min(N * num_groups, blocks)), kThreads, prefetch_smem, stream>>>(
-          static_cast<const T*>(x), static_cast<int>(N), static_cast<int>(C), static_cast<int>(C / num_groups),
-          PoolInts(in), static_cast<const S*>(mean), static_cast<const S*>(var), static_cast<const T*>(bn_weight),
-          static_cast<const T*>(bn_bias), bn_eps, static_cast<const T*>(gn_weight), static_cast<const T*>(gn_bias),
-          gn_eps, 1.f / static_cast<float>(split_rows), 1.f / static_cast<float>(q.PH * q.PW), inv_group_numel,
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(static_cast<unsigned>(std::min(N * num_groups, blocks)));
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = prefetch_smem;
+      config.stream = stream;
+      cudaLaunchAttribute early_start{};  // after channel_stats_kernel: start under it (see the kernel)
+      early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      early_start.val.programmaticStreamSerializationAllowed = 1;
+      if (after_stats && !env_off("MYOPS_TAIL_PDL")) {
+        config.attrs = &early_start;
+        config.numAttrs = 1;
+      }
+      return cudaLaunchKernelEx(
+          &config, kernel, static_cast<const T*>(x), static_cast<int>(N), static_cast<int>(C),
+          static_cast<int>(C / num_groups), PoolInts(in), static_cast<const S*>(mean), static_cast<const S*>(var),
+          static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), bn_eps,
+          static_cast<const T*>(gn_weight), static_cast<const T*>(gn_bias), gn_eps,
+          1.f / static_cast<float>(split_rows), 1.f / static_cast<float>(q.PH * q.PW), inv_group_numel,
           static_cast<T*>(y));
-      return cudaGetLastError();
     }
     const bool inside = q.pH == 0 && q.pW == 0;
     auto kernel = stored_windows  ? stored_window_tail_kernel<T, S>()

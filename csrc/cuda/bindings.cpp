@@ -590,12 +590,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
 
 // BN (given statistics) + tanh + max-pool + GroupNorm of contiguous NCHW x with pooling q, into a
 // new contiguous NCHW tensor. split_rows > 0: x is a window-stored conv output (the conv's tiles
-// split_rows rows tall; the caller checked that the one-kernel tail takes it).
+// split_rows rows tall; the caller checked that the one-kernel tail takes it). after_stats: the
+// statistics' kernel (channel_stats_from_tiles) was queued last, after the kernel that wrote x.
 at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Pool2dParams& q, int64_t split_rows,
                                    const at::Tensor& mean, const at::Tensor& var,
                                    const std::optional<at::Tensor>& bn_weight, const std::optional<at::Tensor>& bn_bias, double bn_eps, int64_t num_groups,
                                    const std::optional<at::Tensor>& gn_weight,
-                                   const std::optional<at::Tensor>& gn_bias, double gn_eps) {
+                                   const std::optional<at::Tensor>& gn_bias, double gn_eps, bool after_stats) {
   const int64_t N = x.size(0), C = x.size(1);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto dtype = kernel_dtype(x.scalar_type());
@@ -609,7 +610,7 @@ at::Tensor bn_tanh_pool_group_norm(const char* op, const at::Tensor& x, const Po
     check_launch(cuda::batch_norm_tanh_max_pool2d_group_norm(
                      x.const_data_ptr(), dtype, N, C, q, split_rows, m.const_data_ptr(), v.const_data_ptr(),
                      ptr_or_null(w), ptr_or_null(b), bn_eps, num_groups, ptr_or_null(gw), ptr_or_null(gb), gn_eps,
-                     out.data_ptr(), stream),
+                     out.data_ptr(), after_stats, stream),
                  op);
     return out;
   }
@@ -638,7 +639,7 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
       num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard guard(input.device());
   return bn_tanh_pool_group_norm(kOp, input.contiguous(), q, 0, mean, var, bn_weight, bn_bias, bn_eps, num_groups,
-                                 gn_weight, gn_bias, gn_eps)
+                                 gn_weight, gn_bias, gn_eps, false)
       .contiguous(output_memory_format(input));
 }
 
@@ -704,9 +705,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
       r.mean = at::empty({0}, input.options().dtype(compute_dtype(input.scalar_type())));
       r.var = at::empty_like(r.mean);
     }
+    // (in training the statistics' kernel is the last one queued: the tail may start under it)
     const at::Tensor y = bn_tanh_pool_group_norm(kOp, r.out, q, split_rows, training ? r.mean : *mean,
                                                  training ? r.var : *var, bn_weight, bn_bias, bn_eps, num_groups,
-                                                 gn_weight, gn_bias, gn_eps);
+                                                 gn_weight, gn_bias, gn_eps, training);
     return {y.contiguous(output_memory_format(input)), r.mean, r.var};
   };
   std::string extra = std::to_string(training) + "|" + std::to_string(num_groups);
