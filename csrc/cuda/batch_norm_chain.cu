@@ -666,7 +666,15 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
       cudaLaunchAttribute early_start{};  // after channel_stats_kernel: start under it (see the kernel)
       early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       early_start.val.programmaticStreamSerializationAllowed = 1;
-      if (after_stats && !env_off("MYOPS_TAIL_PDL")) {
+      // (not while a CUDA graph is captured: that launch stays as it was before, plain; a failed
+      // query counts as a capture, its error cleared so that no later launch check reports it)
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      bool capturing = false;
+      if (after_stats && cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+        (void)cudaGetLastError();
+        capturing = true;
+      }
+      if (after_stats && !capturing && capture == cudaStreamCaptureStatusNone && !env_off("MYOPS_TAIL_PDL")) {
         config.attrs = &early_start;
         config.numAttrs = 1;
       }
