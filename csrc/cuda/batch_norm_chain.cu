@@ -236,9 +236,9 @@ struct Welford {
 // pooling pass takes a whole pooled row per step (bn_tanh_pool_row: the row's plane, BatchNorm
 // fold and window rows found once for its PW outputs) and sums its outputs for the mean as it
 // goes; the squared deviations read shared memory in 16-byte vectors and the normalisation
-// writes global memory in 16-byte vectors. Thread t takes the rows u = t (mod kThreads) of the
-// whole group in order, whatever the batching or the stored layout, so the statistics (and the
-// outputs) of a window-stored and a full conv output are the same bits.
+// writes global memory in 16-byte vectors. Each thread pools the same rows and values in the same
+// order (pool_staged_planes) whatever the batching or the stored layout, so the statistics (and
+// the outputs) of a window-stored and a full conv output are the same bits.
 // The shared memory of the one-block-per-group kernels: per channel of the group, BatchNorm's
 // fold (a, s) and GroupNorm's scale and shift; the group's pooled values [C_g][PHW] (16-byte
 // aligned: 4 * C_g * sizeof(acc_t) is a multiple of 16); the staged input after them.
@@ -663,18 +663,12 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
       config.blockDim = dim3(kThreads);
       config.dynamicSmemBytes = prefetch_smem;
       config.stream = stream;
-      cudaLaunchAttribute early_start{};  // after channel_stats_kernel: start under it (see the kernel)
+      // after channel_stats_kernel: start under it (see the kernel); not while a CUDA graph is
+      // captured, where the launch stays plain
+      cudaLaunchAttribute early_start{};
       early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       early_start.val.programmaticStreamSerializationAllowed = 1;
-      // (not while a CUDA graph is captured: that launch stays as it was before, plain; a failed
-      // query counts as a capture, its error cleared so that no later launch check reports it)
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      bool capturing = false;
-      if (after_stats && cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
-        (void)cudaGetLastError();
-        capturing = true;
-      }
-      if (after_stats && !capturing && capture == cudaStreamCaptureStatusNone && !env_off("MYOPS_TAIL_PDL")) {
+      if (after_stats && !env_off("MYOPS_TAIL_PDL") && !stream_capturing(stream)) {
         config.attrs = &early_start;
         config.numAttrs = 1;
       }

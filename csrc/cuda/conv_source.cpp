@@ -1,5 +1,7 @@
 #include "cuda/conv_source.h"
 
+#include "cuda/launch.cuh"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -84,9 +86,7 @@ ConvSource timed_conv_source(const std::string& key, cudaStream_t stream, bool m
     const auto it = chosen.find(device_key);
     if (it != chosen.end()) return it->second;
   }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
-    return ConvSource::Myops;
+  if (cuda::stream_capturing(stream)) return ConvSource::Myops;
   const auto [ours, cudnn] = time_sources(stream, run);
   const ConvSource source = cudnn < ours ? ConvSource::Cudnn : ConvSource::Myops;
   const std::lock_guard<std::mutex> lock(mutex);

@@ -45,6 +45,17 @@ inline cudaError_t allow_dynamic_smem(const void* kernel, size_t bytes) {
   return cudaSuccess;
 }
 
+// Whether `stream` is capturing a CUDA graph. A failed query counts as a capture (the callers then
+// keep their plain path), its error cleared so that no later launch check reports it.
+inline bool stream_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 // Blocks of `threads` threads and `smem` bytes of dynamic shared memory that the current device
 // runs at once (SMs x blocks per SM): a persistent kernel's grid. Cached per kernel, device and
 // size (the occupancy query is host time on every launch otherwise).
