@@ -327,6 +327,40 @@ def test_tail_started_under_the_statistics_matches_a_plain_launch(dtype, monkeyp
             assert torch.equal(g, e)
 
 
+# Under CUDA graph capture the tail is launched plainly (the early start is kept out of graphs): a
+# captured training step, replayed on new input, gives eager's outputs and buffer updates.
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_training_chain_replayed_from_a_cuda_graph_matches_eager(dtype):
+    torch.manual_seed(0)
+    dev = "cuda"
+    conv = nn.ConvTranspose2d(64, 128, 5, padding=1).to(dev, dtype)
+    pool, gn = nn.MaxPool2d(2, 2), nn.GroupNorm(8, 128).to(dev, dtype)
+    bn_eager = nn.BatchNorm2d(128).to(dev, dtype)
+    bn_graph = nn.BatchNorm2d(128).to(dev, dtype)
+    static_x = torch.rand(96, 64, 32, 31, device=dev, dtype=dtype)
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture (first-call set-up, conv source choice)
+            for _ in range(2):
+                myops.nn.batch_norm_chain(conv, bn_graph, pool, gn, static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        bn_graph.load_state_dict(bn_eager.state_dict())  # in place: the captured buffers stay
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = myops.nn.batch_norm_chain(conv, bn_graph, pool, gn, static_x)
+        for _ in range(3):
+            x = torch.rand_like(static_x)
+            static_x.copy_(x)
+            graph.replay()
+            expected = myops.nn.batch_norm_chain(conv, bn_eager, pool, gn, x)
+            torch.cuda.synchronize()
+            assert torch.equal(static_out, expected)
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                assert torch.equal(getattr(bn_graph, name), getattr(bn_eager, name)), name
+
+
 def test_max_pool_ties_route_gradient_like_pytorch():
     # constant planes: every window is a tie; PyTorch sends the gradient to the first maximum
     x = torch.zeros(1, 2, 4, 4, dtype=torch.float64, requires_grad=True)
