@@ -224,6 +224,26 @@ def test_channels_last_staging_matches_register_path(device, dtype, cfg, monkeyp
     assert_matches(ref, ref_conv_transpose2d(x, w, b, *args), tolerance(dtype, device))
 
 
+# The Hopper kernel's weight preparation starts under the input's staging copy (programmatic
+# dependent launch) and waits for it before it ends, so that the conv launched after it reads the
+# whole staged input; MYOPS_PREP_PDL=0 launches it after the copy. A new input each round (the
+# staging buffer is reused from call to call: a conv ahead of the copy would read the last one).
+@pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_preparation_started_under_the_staging_matches_a_plain_launch(device, dtype, monkeypatch):
+    cfg = dict(N=48, C_in=64, C_out_g=128, groups=1, H=32, W=32, kH=5, kW=5, stride=(1, 1), dilation=(1, 1),
+               padding=(1, 1), output_padding=(0, 0), bias=True)
+    torch.manual_seed(0)
+    set_conv_kernel(monkeypatch, "wgmma_nhwc")
+    args = conv_args(cfg)
+    for _ in range(4):
+        x, w, b = make_conv_inputs(cfg, dtype, device)
+        monkeypatch.setenv("MYOPS_PREP_PDL", "0")
+        expected = torch.ops.myops.conv_transpose2d(x, w, b, *args)
+        monkeypatch.setenv("MYOPS_PREP_PDL", "1")
+        assert torch.equal(torch.ops.myops.conv_transpose2d(x, w, b, *args), expected)
+
+
 def checked_pingpong_conv(x, w, b, args, tol):
     """conv_transpose2d through the ping-pong wgmma kernel (asserted from the profiler's kernel
     names), checked against float64 PyTorch."""

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/batch_norm_chain.cuh"
@@ -572,12 +571,6 @@ GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
   return {static_cast<int>(batch), static_cast<size_t>(bytes)};
 }
 
-// Whether environment variable `name` is "0": switches that turn a path off for comparisons.
-bool env_off(const char* name) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::strcmp(env, "0") == 0;
-}
-
 // Shared memory of the prefetching tail (window-stored input at `in`, 16-byte aligned), given the
 // one-block kernel's layout: the fixed part and a buffer of an item's whole input, which must be
 // whole 16-byte vectors and that layout's single batch (so it fits: the one-block kernel's
@@ -658,22 +651,10 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
       cudaError_t err = allow_dynamic_smem(reinterpret_cast<const void*>(kernel), prefetch_smem);
       if (err == cudaSuccess) err = resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, prefetch_smem, blocks);
       if (err != cudaSuccess) return err;
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(static_cast<unsigned>(std::min(N * num_groups, blocks)));
-      config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = prefetch_smem;
-      config.stream = stream;
-      // after channel_stats_kernel: start under it (see the kernel); not while a CUDA graph is
-      // captured, where the launch stays plain
-      cudaLaunchAttribute early_start{};
-      early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      early_start.val.programmaticStreamSerializationAllowed = 1;
-      if (after_stats && !env_off("MYOPS_TAIL_PDL") && !stream_capturing(stream)) {
-        config.attrs = &early_start;
-        config.numAttrs = 1;
-      }
-      return cudaLaunchKernelEx(
-          &config, kernel, static_cast<const T*>(x), static_cast<int>(N), static_cast<int>(C),
+      // after channel_stats_kernel: started under it (see the kernel)
+      return launch_early(
+          kernel, dim3(static_cast<unsigned>(std::min(N * num_groups, blocks))), dim3(kThreads), prefetch_smem, stream,
+          after_stats && !env_off("MYOPS_TAIL_PDL"), static_cast<const T*>(x), static_cast<int>(N), static_cast<int>(C),
           static_cast<int>(C / num_groups), PoolInts(in), static_cast<const S*>(mean), static_cast<const S*>(var),
           static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), bn_eps,
           static_cast<const T*>(gn_weight), static_cast<const T*>(gn_bias), gn_eps,

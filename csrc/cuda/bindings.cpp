@@ -137,7 +137,10 @@ at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tenso
   at::Tensor out = window_rows > 0 ? at::empty({p.N, p.C_out, cuda::window_store_rows(p.OH, window_rows), p.OW / 2},
                                                input.options())
                                    : at::empty({p.N, p.C_out, p.OH, p.OW}, input.options());
-  check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, k.p, k.plan, stream), op);
+  // x is a staged copy: the preparation may start under the staging kernel
+  const bool staged = x.const_data_ptr() != input.const_data_ptr();
+  check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, k.p, k.plan, staged, stream),
+               op);
   check_launch(cuda::conv_transpose2d_forward(x.const_data_ptr(), prepared.const_data_ptr(), ptr_or_null(b),
                                               out.data_ptr(), dtype, fp32_math(), k.p, k.plan, epilogue, stream),
                op);

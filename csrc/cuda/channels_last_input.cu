@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "cuda/conv_tile_geometry.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/transpose_tile.cuh"
 
 namespace myops {
@@ -25,6 +26,7 @@ __device__ inline Raw staged_value(Raw v) {
 template <typename Raw, bool kRound>
 __global__ void nchw_to_nhwc_kernel(const Raw* __restrict__ x, Raw* __restrict__ y, int64_t N, int64_t C,
                                     int64_t HW) {
+  allow_dependent_launch();  // the conv's weight preparation may start (conv_prepare_weight)
   __shared__ Raw tile[kTile][kTile + 1];
   const int64_t p0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
   for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
@@ -55,6 +57,7 @@ template <bool kRound>
 __global__ void __launch_bounds__(kWideThreads) nchw_to_nhwc_wide_kernel(const uint4* __restrict__ x,
                                                                          uint4* __restrict__ y, int64_t N,
                                                                          int64_t C, int64_t HW) {
+  allow_dependent_launch();
   __shared__ uint4 tile[kWideC][kWideChunks];
   const uint32_t* words = reinterpret_cast<const uint32_t*>(&tile[0][0]);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -94,6 +97,7 @@ __global__ void __launch_bounds__(kWideThreads) nchw_to_nhwc_wide_kernel(const u
 
 // A channels-last float32 input: the TF32-rounded copy, element by element.
 __global__ void round_tf32_copy_kernel(const uint32_t* __restrict__ x, uint32_t* __restrict__ y, int64_t total) {
+  allow_dependent_launch();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = to_tf32(__uint_as_float(x[i]));
 }
@@ -106,6 +110,7 @@ constexpr int kTile16 = 64, kPass16 = 256 / 32;  // 256 threads: 8 channel rows 
 __global__ void __launch_bounds__(256) nchw_to_nhwc_16bit_kernel(const unsigned short* __restrict__ x,
                                                                   unsigned short* __restrict__ y, int64_t N,
                                                                   int64_t C, int64_t HW) {
+  allow_dependent_launch();
   __shared__ uint32_t tile[kTile16][kTile16 / 2 + 1];  // [channel][pixel pair]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t p0 = int64_t(blockIdx.x) * kTile16, c0 = int64_t(blockIdx.y) * kTile16;

@@ -391,9 +391,10 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
 }
 
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
-                                const ConvTranspose2dParams& p, const ConvPlan& plan,
+                                const ConvTranspose2dParams& p, const ConvPlan& plan, bool after_staging,
                                 cudaStream_t stream) {
-  if (plan.engine == ConvEngine::Wgmma) return conv_wgmma_prepare_weight(weight, prepared, dtype, p, stream);
+  if (plan.engine == ConvEngine::Wgmma)
+    return conv_wgmma_prepare_weight(weight, prepared, dtype, p, after_staging, stream);
   if (plan.engine == ConvEngine::Mma) return conv_mma_prepare_weight(weight, prepared, dtype, p, plan.tiling, stream);
   if (plan.prepared_numel == 0) return cudaSuccess;
   return dispatch_dtype(dtype, [&](auto tag) {

@@ -8,6 +8,7 @@
 #include "cuda/conv_tile_geometry.cuh"
 #include "cuda/conv_transpose2d_wgmma.cuh"
 #include "cuda/gpu_flags.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/hopper_pipeline.cuh"
 #include "cuda/input_tensor_map.cuh"
 #include "cuda/pair_epilogue.cuh"
@@ -918,6 +919,9 @@ __global__ void prepare_wgmma_weight_kernel(const T* __restrict__ w, uint32_t* _
     const int64_t k = kF32 ? 4 * plane + word : 8 * plane + 2 * word;
     wp[idx] = weight_operand_word(w, p, grp, int64_t(chunk) * kCh + k, int64_t(blk) * kBlockCh + row, kh, kw);
   }
+  // started under the input's staging (conv_wgmma_prepare_weight's `early`): end only after it, so
+  // that the conv, launched plainly next, follows both
+  wait_for_prior_grid();
 }
 
 // map: the input's TMA map, or null (the producer then loads through registers).
@@ -1137,7 +1141,7 @@ int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType d
 }
 
 cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,
-                                      const ConvTranspose2dParams& p, cudaStream_t stream) {
+                                      const ConvTranspose2dParams& p, bool early, cudaStream_t stream) {
   const int64_t n_chunks = ceil_div(p.C_in_g, chunk_channels(dtype));
   const int64_t col_tiles = ceil_div(p.C_out_g, kBlockCh);
   const int64_t total = p.groups * p.kH * p.kW * n_chunks * col_tiles * (kTapBytes / 4);
@@ -1149,9 +1153,9 @@ cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType 
     using T = decltype(tag);
     return dispatch_prepare_index(total, [&](auto index) {
       using I = decltype(index);
-      prepare_wgmma_weight_kernel<T, I><<<prepare_blocks(total), 256, 0, stream>>>(
-          static_cast<const T*>(weight), wp, p, phases, I(n_chunks), I(col_tiles), I(total));
-      return cudaGetLastError();
+      return launch_early(prepare_wgmma_weight_kernel<T, I>, dim3(prepare_blocks(total)), dim3(256), 0, stream,
+                          early && !env_off("MYOPS_PREP_PDL"), static_cast<const T*>(weight), wp, p, phases,
+                          I(n_chunks), I(col_tiles), I(total));
     });
   });
 }

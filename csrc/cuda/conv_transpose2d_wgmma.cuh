@@ -65,8 +65,10 @@ int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaT
 inline bool conv_wgmma_counts_tiles(const WgmmaTiling& t) { return t.q > 0 && t.rows != 17; }
 int64_t conv_wgmma_blocks_per_image(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
+// early: the kernel ahead in the stream is the input's staging (channels_last_input.cuh), under
+// which this preparation may start (it reads only the weight).
 cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,
-                                      const ConvTranspose2dParams& p, cudaStream_t stream);
+                                      const ConvTranspose2dParams& p, bool early, cudaStream_t stream);
 struct ConvEpilogue;
 cudaError_t conv_wgmma_forward(const void* x, const void* prepared_weight, const void* bias, void* out,
                                DType dtype, const ConvTranspose2dParams& p, const WgmmaTiling& t,

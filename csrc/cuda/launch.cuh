@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -54,6 +55,35 @@ inline bool stream_capturing(cudaStream_t stream) {
     return true;
   }
   return status != cudaStreamCaptureStatusNone;
+}
+
+// Whether environment variable `name` is "0": switches that turn a path off for comparisons.
+inline bool env_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && env[0] == '0' && env[1] == 0;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), allowed to start under the kernel ahead of it in
+// the stream (programmatic dependent launch, grid_dependency.cuh) where `early`, unless the stream
+// is capturing a CUDA graph (there the launch stays plain). The kernel must wait_for_prior_grid()
+// before it reads what that kernel writes, and before it exits if a later plain launch relies on
+// it to stand for that kernel's completion too.
+template <typename... Params, typename... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         bool early, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute start_early{};
+  start_early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  start_early.val.programmaticStreamSerializationAllowed = 1;
+  if (early && !stream_capturing(stream)) {
+    config.attrs = &start_early;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // Blocks of `threads` threads and `smem` bytes of dynamic shared memory that the current device
