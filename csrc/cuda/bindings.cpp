@@ -137,7 +137,8 @@ at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tenso
   at::Tensor out = window_rows > 0 ? at::empty({p.N, p.C_out, cuda::window_store_rows(p.OH, window_rows), p.OW / 2},
                                                input.options())
                                    : at::empty({p.N, p.C_out, p.OH, p.OW}, input.options());
-  // x is a staged copy: the preparation may start under the staging kernel
+  // x is a copy made for the kernel (mostly its NHWC staging): the preparation may start under the
+  // kernel ahead of it, which it waits for before it ends (safe whatever that kernel is)
   const bool staged = x.const_data_ptr() != input.const_data_ptr();
   check_launch(cuda::conv_prepare_weight(w.const_data_ptr(), prepared.data_ptr(), dtype, k.p, k.plan, staged, stream),
                op);

@@ -88,8 +88,9 @@ bool conv_plan_counts_tiles(const ConvPlan& plan);
 int64_t conv_plan_blocks_per_image(const ConvTranspose2dParams& p, const ConvPlan& plan);
 
 // weight [C_in, C_out / groups, kH, kW] (contiguous) -> the plan's prepared layout.
-// after_staging: the kernel queued last on `stream` is the input's staging copy (the Hopper
-// kernel's preparation then starts under it).
+// after_staging: the input was just copied for the kernel (mostly its NHWC staging): the Hopper
+// kernel's preparation may then start under the kernel ahead of it in `stream`, which it waits for
+// before it ends, so that the conv after it follows both (safe whatever that kernel is).
 cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
                                 const ConvTranspose2dParams& p, const ConvPlan& plan, bool after_staging,
                                 cudaStream_t stream);

@@ -65,8 +65,9 @@ int64_t conv_wgmma_tiles_per_sample(const ConvTranspose2dParams& p, const WgmmaT
 inline bool conv_wgmma_counts_tiles(const WgmmaTiling& t) { return t.q > 0 && t.rows != 17; }
 int64_t conv_wgmma_blocks_per_image(const ConvTranspose2dParams& p, const WgmmaTiling& t);
 int64_t conv_wgmma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype);
-// early: the kernel ahead in the stream is the input's staging (channels_last_input.cuh), under
-// which this preparation may start (it reads only the weight).
+// early: this preparation (it reads only the weight) may start under the kernel ahead of it in the
+// stream, meant to be the input's staging (channels_last_input.cuh); it waits for that kernel
+// before it ends.
 cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType dtype,
                                       const ConvTranspose2dParams& p, bool early, cudaStream_t stream);
 struct ConvEpilogue;
