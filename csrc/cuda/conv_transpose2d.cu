@@ -325,11 +325,6 @@ ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
   return plan;
 }
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && v[0] == '1';
-}
-
 // Compute capability (major * 10 + minor) of the current device, looked up once per device.
 int current_device_sm() {
   static std::mutex mutex;

@@ -62,6 +62,12 @@ inline bool env_off(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr && env[0] == '0' && env[1] == 0;
 }
+// Whether environment variable `name` starts with "1": switches that force or disable a kernel
+// choice (A/B runs and tests).
+inline bool env_flag(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && env[0] == '1';
+}
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start under the kernel ahead of it in
 // the stream (programmatic dependent launch, grid_dependency.cuh) where `early`, unless the stream
