@@ -16,23 +16,38 @@ constexpr int kThreads = 256;  // the block team of group_norm_stats_from_tiles:
 // A follower block must move 1/k of the pass's bytes while the conv runs. Through registers a
 // block kept ~20 GB/s whatever it unrolled (H100: 8 or 16 vectors of 16 bytes in flight per
 // thread, 16 blocks, L2_19 float32: the pass took 14-15 ms); bulk copies into shared memory keep
-// kSlots pieces in flight, and a block still fits beside a two-block conv block.
-constexpr int kSlots = 6;
-constexpr uint32_t kBarrierBytes = 128;
+// kSlots pieces in flight per warp (96 KB in all), and a block still fits beside a two-block conv
+// block. Per-warp rings against one ring for the block (16 KB x 6, a block barrier per piece),
+// H100, followers alone after the conv, 16 blocks, L2_19 float32: 3.26-3.32 ms against 4.55-4.96
+// for the pass; the whole op (33 blocks) 4.32-4.40 against 4.44-4.52 ms. Six slots per warp (the
+// whole SM's shared memory: MYOPS_GN_SLOTS=6) with 16 or 24 blocks did not beat 3 slots with 28-33.
+constexpr int kWarps = kThreads / 32;
+constexpr int kSlots = 3, kMaxSlots = 6;
+// the warps' mbarriers, then the item's mean and rstd
+constexpr uint32_t kBarrierBytes = 512;
+static_assert(8 * kWarps * kMaxSlots + 16 <= kBarrierBytes, "follower mbarriers overflow their area");
+int follow_slots() {
+  const char* env = std::getenv("MYOPS_GN_SLOTS");
+  return env != nullptr && *env != 0 ? std::clamp(std::atoi(env), 1, kMaxSlots) : kSlots;
+}
 constexpr int64_t kMaxGroupChannels = 1024;  // the group's PlaneNorms in shared memory
 
-// [mbarriers, the item's mean and rstd | kSlots slots | the group's PlaneNorms (16 or 32 bytes
+// MYOPS_GN_SLOTS=s: s slots per warp (1 to 6; A/B runs), the default kSlots. With 6 the block
+// takes a whole SM (it then waits for conv blocks to leave one) and float64 over wide groups may
+// not fit in shared memory: the launch then fails with its error.
+// [mbarriers, the item's mean and rstd | slots (per warp) | the group's PlaneNorms (16 or 32 bytes
 // each) | the block team's scratch]
 template <typename T>
-__device__ NormItemSmem<T> follow_smem(uint8_t* smem, int64_t C_g) {
+__device__ NormItemSmem<T> follow_smem(uint8_t* smem, int64_t C_g, int n_slots) {
   uint8_t* slots = smem + kBarrierBytes;
-  PlaneNorm<T>* norms = reinterpret_cast<PlaneNorm<T>*>(slots + kSlots * kNormPieceBytes);
-  return {static_cast<uint32_t>(__cvta_generic_to_shared(smem)), slots, kSlots, norms,
-          reinterpret_cast<Moments*>(norms + C_g), reinterpret_cast<double*>(smem + 8 * kSlots)};
+  PlaneNorm<T>* norms = reinterpret_cast<PlaneNorm<T>*>(slots + kWarps * n_slots * kNormPieceBytes);
+  return {static_cast<uint32_t>(__cvta_generic_to_shared(smem)), slots, n_slots, norms,
+          reinterpret_cast<Moments*>(norms + C_g), reinterpret_cast<double*>(smem + 8 * kWarps * n_slots)};
 }
-size_t follow_smem_bytes(int64_t C_g, DType dtype) {
+size_t follow_smem_bytes(int64_t C_g, DType dtype, int n_slots) {
   const size_t norm_bytes = dtype == DType::F64 ? 4 * sizeof(double) : 4 * sizeof(float);
-  return kBarrierBytes + kSlots * size_t(kNormPieceBytes) + size_t(C_g) * norm_bytes + kThreads * sizeof(Moments);
+  return kBarrierBytes + kWarps * n_slots * size_t(kNormPieceBytes) + size_t(C_g) * norm_bytes +
+         kThreads * sizeof(Moments);
 }
 
 // The pass's items in image order: whole (image, group) spans, except that the last tail_images
@@ -42,7 +57,7 @@ size_t follow_smem_bytes(int64_t C_g, DType dtype) {
 // 3.115 / 3.115 / 3.125 (a gain of ~1% in float32, within the noise in bfloat16).
 struct FollowItems {
   int64_t N, G, tail_images;
-  int tail_parts;
+  int tail_parts, n_slots;
   __host__ __device__ int64_t count() const { return (N - tail_images) * G + tail_images * G * tail_parts; }
 };
 
@@ -50,9 +65,9 @@ struct FollowItems {
 template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(NormItemArgs<T, S> a, FollowItems items) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const NormItemSmem<T> sm = follow_smem<T>(smem, a.C / a.G);
+  const NormItemSmem<T> sm = follow_smem<T>(smem, a.C / a.G, items.n_slots);
   if (threadIdx.x == 0)
-    for (int s = 0; s < kSlots; ++s) mbar_init(sm.bars + 8 * s, 1);
+    for (int s = 0; s < kWarps * items.n_slots; ++s) mbar_init(sm.bars + 8 * s, 1);
   __syncthreads();
   uint32_t seq = 0;
   const int64_t whole = (items.N - items.tail_images) * items.G, total = items.count();
@@ -117,10 +132,11 @@ cudaError_t group_norm_follow(void* y, DType dtype, int64_t N, int64_t C, int64_
   // the last two images in as many parts per group as it takes to give every block one
   const int64_t tail_images = std::min<int64_t>(N, 2);
   const FollowItems items{N, num_groups, tail_images,
-                          static_cast<int>(std::clamp<int64_t>((blocks + num_groups - 1) / num_groups, 1, 64))};
+                          static_cast<int>(std::clamp<int64_t>((blocks + num_groups - 1) / num_groups, 1, 64)),
+                          follow_slots()};
   if (!group_norm_follow_supported(C, num_groups)) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, items.count())));
-  const size_t smem = follow_smem_bytes(C / num_groups, dtype);
+  const size_t smem = follow_smem_bytes(C / num_groups, dtype, items.n_slots);
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using S = typename std::conditional<std::is_same<T, double>::value, double, float>::type;

@@ -11,8 +11,9 @@
 namespace myops {
 namespace cuda {
 
-// The body of a span goes through a ring of shared-memory slots in pieces of this size.
-constexpr uint32_t kNormPieceBytes = 16 * 1024;
+// The body of a span goes through shared memory in pieces of this size, each warp of the block
+// with its own ring of slots (a piece is one warp's: no block barrier per piece).
+constexpr uint32_t kNormPieceBytes = 4 * 1024;
 
 // What an item reads and writes: y [N, C, HW] in place, tile partials [N][C][tiles][3].
 template <typename T, typename S>
@@ -28,7 +29,8 @@ struct NormItemArgs {
   unsigned blocks_per_image;
 };
 
-// The block's shared memory for items: `slots` mbarriers at `bars`, the slots (16-byte aligned),
+// The block's shared memory for items: n_slots per warp (warp w's are slots w * n_slots ...),
+// their mbarriers at `bars` in the same order, the slots (16-byte aligned),
 // the group's PlaneNorms, kThreads Moments of scratch (the block team's reduction) and the
 // item's mean and rstd.
 template <typename T>
@@ -43,9 +45,12 @@ struct NormItemSmem {
 
 // Part `part` of `parts` of item (n, g) = `item` of the pass, by a block of kThreads threads.
 // The span's 16-byte aligned body is cut into pieces, the parts taking consecutive runs of them;
-// part 0 also takes the few elements before and after the body, value by value. seq: the pieces
-// this block has put through its slots so far (piece seq sits in slot seq % n_slots, its
-// (seq / n_slots)-th use), advanced here.
+// part 0 also takes the few elements before and after the body, value by value. Warp w takes
+// pieces j0 + w, j0 + w + kWarps, ...: the warp waits for its piece's slot, normalises it and has
+// its lane 0 refill the slot (H100, session 51: with one ring for the block, a block barrier and
+// thread 0's refill per piece, a follower block moved ~20-30 GB/s, latency-bound on that per-piece
+// work). seq: the pieces this thread's warp has put through its slots so far (its piece seq sits in
+// its slot seq % n_slots, that slot's (seq / n_slots)-th use), advanced here.
 template <int kThreads, typename T, typename S>
 __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItemSmem<T>& sm, int64_t item, int part,
                                      int parts, uint32_t& seq) {
@@ -57,9 +62,12 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
   const int64_t len = C_g * a.HW, head = vector_head(span, len), body = (len - head) / kVec * kVec;
   const int64_t all_pieces = (body + kPieceElems - 1) / kPieceElems, per_part = (all_pieces + parts - 1) / parts;
   const int64_t j0 = min(all_pieces, part * per_part), j1 = min(all_pieces, j0 + per_part);
+  constexpr int kWarps = kThreads / 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const uint32_t first = seq;
-  auto issue = [&](int64_t j) {
-    const uint32_t s = (first + static_cast<uint32_t>(j - j0)) % sm.n_slots, bar = sm.bars + 8 * s;
+  // piece seq of this warp into its slot for that sequence number (by lane 0)
+  auto issue = [&](int64_t j, uint32_t q) {
+    const uint32_t s = warp * sm.n_slots + q % sm.n_slots, bar = sm.bars + 8 * s;
     const uint32_t bytes = static_cast<uint32_t>(min(kPieceElems, body - j * kPieceElems) * sizeof(T));
     mbar_arrive_expect_tx(bar, bytes);
     bulk_copy_to_shared(static_cast<uint32_t>(__cvta_generic_to_shared(sm.slots)) + s * kNormPieceBytes,
@@ -68,15 +76,18 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
   if (threadIdx.x == 0) {
     // sleeps between polls: a co-resident conv block keeps the issue slots
     while (load_acquire(a.tiles_done + n) < a.blocks_per_image) __nanosleep(256);
+  }
+  __syncthreads();  // thread 0's acquire orders the image's outputs and partials before every read below
+  if (lane == 0) {
     // the conv's outputs were written through the generic proxy; the bulk copies read them
     // through the async proxy
 #if MYOPS_WGMMA_ARCH
     asm volatile("fence.proxy.async.global;" ::: "memory");
 #endif
-    // the first pieces load while the block reduces the statistics
-    for (int64_t j = j0; j < min(j1, j0 + sm.n_slots); ++j) issue(j);
+    // the warp's first pieces load while the block reduces the statistics
+    uint32_t q = first;
+    for (int64_t j = j0 + warp; j < j1 && q - first < static_cast<uint32_t>(sm.n_slots); j += kWarps, ++q) issue(j, q);
   }
-  __syncthreads();  // thread 0's acquire orders the image's outputs and partials before every read below
   Moments all{0, 0, 0};
   if (per_group <= kWarpGroupEntries) {
     if (threadIdx.x < 32) all = group_moments_from_tiles<32>(a.tile_stats, item, per_group, threadIdx.x, nullptr);
@@ -107,8 +118,9 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
       const int64_t at = e < head ? e : body + e;
       span[at] = sm.norms[at / HW](read, span[at]);
     }
-  for (int64_t j = j0; j < j1; ++j) {
-    const uint32_t q = first + static_cast<uint32_t>(j - j0), s = q % sm.n_slots;
+  uint32_t q = first;
+  for (int64_t j = j0 + warp; j < j1; j += kWarps, ++q) {
+    const uint32_t s = warp * sm.n_slots + q % sm.n_slots;
     mbar_wait(sm.bars + 8 * s, (q / sm.n_slots) & 1);
     const int64_t p0 = head + j * kPieceElems;
     const int vectors = static_cast<int>(min(kPieceElems, body - j * kPieceElems) / kVec);
@@ -120,14 +132,14 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
       // affine map in registers; the instructions per byte are what limit a block here
       const PlaneNorm<T> norm = sm.norms[plane0];
 #pragma unroll 4
-      for (int v = threadIdx.x; v < vectors; v += kThreads) {
+      for (int v = lane; v < vectors; v += 32) {
         V x = src[v];
 #pragma unroll
         for (int k = 0; k < kVec; ++k) x.v[k] = norm(read, x.v[k]);
         dst[v] = x;
       }
     } else {
-      for (int v = threadIdx.x; v < vectors; v += kThreads) {
+      for (int v = lane; v < vectors; v += 32) {
         V x = src[v];
         const int64_t rel = p0 + int64_t(v) * kVec;
         int64_t plane = plane_of(rel), within = rel - plane * HW;
@@ -139,10 +151,10 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
         dst[v] = x;
       }
     }
-    __syncthreads();  // slot s read by every thread: refill it
-    if (threadIdx.x == 0 && j + sm.n_slots < j1) issue(j + sm.n_slots);
+    __syncwarp();  // slot s read by every lane: refill it
+    if (lane == 0 && j + int64_t(kWarps) * sm.n_slots < j1) issue(j + int64_t(kWarps) * sm.n_slots, q + sm.n_slots);
   }
-  seq = first + static_cast<uint32_t>(j1 - j0);
+  seq = q;
 }
 
 }  // namespace cuda
