@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <type_traits>
 
@@ -50,15 +51,22 @@ size_t follow_smem_bytes(int64_t C_g, DType dtype, int n_slots) {
          kThreads * sizeof(Moments);
 }
 
-// The pass's items in image order: whole (image, group) spans, except that the last tail_images
-// images' groups come in tail_parts parts each. Those images are what is left to normalise once
-// the conv ends; as whole groups they keep only G of the blocks busy after it. H100, L2_19, whole
-// op, idle ms, 0 / 1 / 2 / 4 tail images: float32 4.401 / 4.384 / 4.366 / 4.373, bfloat16 3.104 /
-// 3.115 / 3.115 / 3.125 (a gain of ~1% in float32, within the noise in bfloat16).
+// The pass's items in image order: each (image, group) span in body_parts parts, except that the
+// last tail_images images' groups come in tail_parts parts each. Those images are what is left to
+// normalise once the conv ends; in few parts they keep only a few of the blocks busy after it.
+// H100, L2_19, whole op, idle ms, 0 / 1 / 2 / 4 tail images (whole groups before them): float32
+// 4.401 / 4.384 / 4.366 / 4.373, bfloat16 3.104 / 3.115 / 3.115 / 3.125. Parts before the tail
+// keep the blocks on fewer images at a time (the conv's output is more often still in L2 when they
+// read it) but each part costs the group's statistics and a drained slot ring again. 33 blocks,
+// 1 / 2 / 4 / 8 parts for every image (no tail), idle ms: float32 4.449 / 4.375 / 4.775 / 5.79,
+// bfloat16 2.785 / 2.752 / 3.21 / 4.29; another machine, whole groups / 2 parts, each with the
+// 2-image tail: float32 4.352-4.375 / 4.343-4.362, bfloat16 2.709-2.714 / 2.677-2.694 (a gain of
+// ~1%, in the noise of one run but in every pair).
 struct FollowItems {
   int64_t N, G, tail_images;
-  int tail_parts, n_slots;
-  __host__ __device__ int64_t count() const { return (N - tail_images) * G + tail_images * G * tail_parts; }
+  int body_parts, tail_parts, n_slots;
+  __host__ __device__ int64_t body_count() const { return (N - tail_images) * G * body_parts; }
+  __host__ __device__ int64_t count() const { return body_count() + tail_images * G * tail_parts; }
 };
 
 // Items blockIdx.x, blockIdx.x + gridDim.x, ... (normalise_group_part).
@@ -70,13 +78,14 @@ __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(NormItemArg
     for (int s = 0; s < kWarps * items.n_slots; ++s) mbar_init(sm.bars + 8 * s, 1);
   __syncthreads();
   uint32_t seq = 0;
-  const int64_t whole = (items.N - items.tail_images) * items.G, total = items.count();
+  const int64_t body = items.body_count(), total = items.count();
   for (int64_t item = blockIdx.x; item < total; item += gridDim.x) {
-    if (item < whole) {
-      normalise_group_part<kThreads>(a, sm, item, 0, 1, seq);
+    if (item < body) {
+      normalise_group_part<kThreads>(a, sm, item / items.body_parts, static_cast<int>(item % items.body_parts),
+                                     items.body_parts, seq);
     } else {
-      const int64_t i = item - whole;
-      normalise_group_part<kThreads>(a, sm, whole + i / items.tail_parts, static_cast<int>(i % items.tail_parts),
+      const int64_t i = item - body, first_group = (items.N - items.tail_images) * items.G;
+      normalise_group_part<kThreads>(a, sm, first_group + i / items.tail_parts, static_cast<int>(i % items.tail_parts),
                                      items.tail_parts, seq);
     }
   }
@@ -129,11 +138,18 @@ cudaError_t group_norm_follow(void* y, DType dtype, int64_t N, int64_t C, int64_
                               const void* beta, const unsigned* tiles_done, unsigned blocks_per_image, int blocks,
                               cudaStream_t stream) {
   if (N * num_groups == 0 || HW == 0) return cudaSuccess;
-  // the last two images in as many parts per group as it takes to give every block one
-  const int64_t tail_images = std::min<int64_t>(N, 2);
-  const FollowItems items{N, num_groups, tail_images,
-                          static_cast<int>(std::clamp<int64_t>((blocks + num_groups - 1) / num_groups, 1, 64)),
-                          follow_slots()};
+  // every group in two parts, the last two images' in as many as it takes to give every block one
+  FollowItems items{N, num_groups, std::min<int64_t>(N, 2), 2,
+                    static_cast<int>(std::clamp<int64_t>((blocks + num_groups - 1) / num_groups, 1, 64)),
+                    follow_slots()};
+  if (const char* env = std::getenv("MYOPS_GN_PARTS")) {  // "body_parts/tail_images/tail_parts": A/B runs
+    int body_parts = 0, tail_images = 0, tail_parts = 0;
+    if (std::sscanf(env, "%d/%d/%d", &body_parts, &tail_images, &tail_parts) == 3) {
+      items.body_parts = std::clamp(body_parts, 1, 64);
+      items.tail_images = std::clamp<int64_t>(tail_images, 0, N);
+      items.tail_parts = std::clamp(tail_parts, 1, 64);
+    }
+  }
   if (!group_norm_follow_supported(C, num_groups)) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, items.count())));
   const size_t smem = follow_smem_bytes(C / num_groups, dtype, items.n_slots);
