@@ -413,11 +413,7 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   const int64_t blocks_per_image = cuda::conv_plan_blocks_per_image(k.p, k.plan);
   if (blocks_per_image <= 0 || blocks_per_image > std::numeric_limits<unsigned>::max()) return std::nullopt;
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  const cudaError_t capture_err = cudaStreamIsCapturing(stream, &capture);
-  TORCH_CHECK(capture_err == cudaSuccess, "myops::", op, ": cudaStreamIsCapturing failed: ",
-              cudaGetErrorString(capture_err));
-  if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
+  if (cuda::stream_capturing(stream)) return std::nullopt;  // (a failed query too: the plain path)
   // multiply-adds per output value: C_in / groups per tap, taps spread over the stride's phases
   const double flops_per_value = 2.0 * static_cast<double>(p.C_in_g * p.kH * p.kW) / static_cast<double>(p.sH * p.sW);
   const cuda::FollowShape shape{p.N, p.C_out, p.OH * p.OW, num_groups, static_cast<int>(input.element_size()),
