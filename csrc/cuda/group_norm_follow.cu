@@ -58,7 +58,7 @@ size_t follow_smem_bytes(int64_t C_g, DType dtype, int n_slots) {
 // 4.401 / 4.384 / 4.366 / 4.373, bfloat16 3.104 / 3.115 / 3.115 / 3.125. Parts before the tail
 // keep the blocks on fewer images at a time (the conv's output is more often still in L2 when they
 // read it) but each part costs the group's statistics and a drained slot ring again. 33 blocks,
-// 1 / 2 / 4 / 8 parts for every image (no tail), idle ms: float32 4.449 / 4.375 / 4.775 / 5.79,
+// whole groups with the tail / every image in 2 / 4 / 8 parts, idle ms: float32 4.449 / 4.375 / 4.775 / 5.79,
 // bfloat16 2.785 / 2.752 / 3.21 / 4.29; another machine, whole groups / 2 parts, each with the
 // 2-image tail: float32 4.352-4.375 / 4.343-4.362, bfloat16 2.709-2.714 / 2.677-2.694 (a gain of
 // ~1%, in the noise of one run but in every pair).
