@@ -17,8 +17,9 @@ constexpr int kThreads = 256;  // the block team of group_norm_stats_from_tiles:
 // A follower block must move 1/k of the pass's bytes while the conv runs. Through registers a
 // block kept ~20 GB/s whatever it unrolled (H100: 8 or 16 vectors of 16 bytes in flight per
 // thread, 16 blocks, L2_19 float32: the pass took 14-15 ms); bulk copies into shared memory keep
-// kSlots pieces in flight per warp (96 KB in all), and a block still fits beside a two-block conv
-// block. Per-warp rings against one ring for the block (16 KB x 6, a block barrier per piece),
+// kSlots pieces in flight per warp (96 KB in all), and a block still fits beside one block of the
+// two-block conv kernel (two of those take the whole register file: a follower takes the place of
+// the second). Per-warp rings against one ring for the block (16 KB x 6, a block barrier per piece),
 // H100, followers alone after the conv, 16 blocks, L2_19 float32: 3.26-3.32 ms against 4.55-4.96
 // for the pass; the whole op (33 blocks) 4.32-4.40 against 4.44-4.52 ms. Six slots per warp (the
 // whole SM's shared memory: MYOPS_GN_SLOTS=6) with 16 or 24 blocks did not beat 3 slots with 28-33.
