@@ -1,10 +1,11 @@
 #pragma once
 // GroupNorm's normalise pass run *alongside* the conv that produces its input (the fused
 // conv_transpose2d_gelu_group_norm op): a few persistent blocks, on a higher-priority stream,
-// take the (image, group) items in image order; an item waits until every conv block of its
-// image has counted itself done (ConvEpilogue::tiles_done: after its output and tile partials,
-// fence + atomic add), reduces its group's tile partials (the same fixed order as
-// group_norm_stats_from_tiles, so the same bits) and normalises the group's planes in place.
+// take the (image, group) items, each in a few parts, in image order; a part waits until every
+// conv block of its image has counted itself done (ConvEpilogue::tiles_done: after its output and
+// tile partials, fence + atomic add), reduces its group's tile partials (the same fixed order as
+// group_norm_stats_from_tiles, so the same bits) and normalises its share of the group's planes in
+// place.
 // Why: the conv moves ~1.3 TB/s at L2_19's size and the separate pass is pure memory traffic
 // (1.6 ms float32), so run on a few SMs it fits in the DRAM bandwidth the conv leaves unused.
 // Safe in any launch order while the follower blocks are fewer than the block slots the process
