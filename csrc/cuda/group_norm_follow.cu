@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <type_traits>
 
 #include "cuda/group_norm_follow.cuh"
@@ -28,10 +29,7 @@ constexpr int kSlots = 3, kMaxSlots = 6;
 // the warps' mbarriers, then the item's mean and rstd
 constexpr uint32_t kBarrierBytes = 512;
 static_assert(8 * kWarps * kMaxSlots + 16 <= kBarrierBytes, "follower mbarriers overflow their area");
-int follow_slots() {
-  const char* env = std::getenv("MYOPS_GN_SLOTS");
-  return env != nullptr && *env != 0 ? std::clamp(std::atoi(env), 1, kMaxSlots) : kSlots;
-}
+int follow_slots() { return std::clamp(env_int("MYOPS_GN_SLOTS").value_or(kSlots), 1, kMaxSlots); }
 constexpr int64_t kMaxGroupChannels = 1024;  // the group's PlaneNorms in shared memory
 
 // MYOPS_GN_SLOTS=s: s slots per warp (1 to 6; A/B runs), the default kSlots. With 6 the block
@@ -124,8 +122,7 @@ static bool group_norm_follow_pays(const FollowShape& s) {
 // the conv's remaining blocks wait for one, so the overlap stays off there.
 
 int group_norm_follow_blocks(int sms, const FollowShape& s) {
-  const char* env = std::getenv("MYOPS_GN_FOLLOWERS");
-  if (env != nullptr && *env != 0) return std::max(0, std::atoi(env));
+  if (const std::optional<int> forced = env_int("MYOPS_GN_FOLLOWERS")) return std::max(0, *forced);
   if (std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != nullptr) return 0;
   return group_norm_follow_pays(s) ? std::max(1, sms / 4) : 0;
 }

@@ -65,7 +65,7 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
   constexpr int kWarps = kThreads / 32;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const uint32_t first = seq;
-  // piece seq of this warp into its slot for that sequence number (by lane 0)
+  // piece j into this warp's slot for its sequence number q (lane 0 issues)
   auto issue = [&](int64_t j, uint32_t q) {
     const uint32_t s = warp * sm.n_slots + q % sm.n_slots, bar = sm.bars + 8 * s;
     const uint32_t bytes = static_cast<uint32_t>(min(kPieceElems, body - j * kPieceElems) * sizeof(T));

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -67,6 +68,13 @@ inline bool env_off(const char* name) {
 inline bool env_flag(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr && env[0] == '1';
+}
+// Environment variable `name` as an integer (atoi), or nullopt where unset or empty: switches that
+// set a count for A/B runs.
+inline std::optional<int> env_int(const char* name) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == 0) return std::nullopt;
+  return std::atoi(env);
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start under the kernel ahead of it in
