@@ -38,10 +38,11 @@ struct FollowShape {
   double flops_per_value;  // the conv's multiply-adds x 2 per output value
 };
 
-// Follower blocks for a call of shape s on a device of `sms` multiprocessors: sms / 4 where the
-// overlap is expected to pay (group_norm_follow_pays in group_norm_follow.cu: the rule and its
-// data), else 0 (the separate statistics and normalise passes). MYOPS_GN_FOLLOWERS=k
-// overrides both: k blocks whatever the shape (0: off).
+// Follower blocks for a call of shape s on a device of `sms` multiprocessors: 0 by default (the
+// separate statistics and normalise passes) while a race found in session 53 is open (see
+// group_norm_follow.cu); with the overlap on, sms / 4 where it is expected to pay
+// (group_norm_follow_pays: the rule and its data). MYOPS_GN_FOLLOWERS=k forces k blocks whatever
+// the shape (0: off).
 int group_norm_follow_blocks(int sms, const FollowShape& s);
 
 }  // namespace cuda
