@@ -123,7 +123,8 @@ static bool group_norm_follow_pays(const FollowShape& s) {
 
 // Off by default: on the H100 (session 53, scripts/follower_race_repro.py) L2_19 float32 with 33
 // followers gave a wrong image (every channel off, up to ~0.5) in 2-3 of 30 calls against the
-// separate passes, in builds with and without this session's changes; bfloat16 0 of 155. The
+// separate passes, in two builds (both with the batched partial loads of group_moments_from_tiles:
+// none without them was run repeatedly); bfloat16 0 of 155. The
 // cause is not found: partial loads at L2 only, an acquire in every follower thread and a fence in
 // every conv thread before the count (notes/wip_s53_l2_hints_and_race_probes.patch) did not remove
 // it. MYOPS_GN_FOLLOWERS=k still forces k blocks (tests, A/B runs).
