@@ -422,6 +422,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       mbar_init(empty(s), kWarpgroup);
     }
     if (kTma) boxes.init();
+    mbar_init_fence();
   }
   __syncthreads();
 
@@ -726,6 +727,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       mbar_init(empty(s), kWarpgroup);
     }
     for (int c = 0; c < 2; ++c) mbar_init(turn(c), kWarpgroup);
+    mbar_init_fence();
   }
   __syncthreads();
 

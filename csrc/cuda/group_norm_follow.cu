@@ -73,8 +73,10 @@ template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(NormItemArgs<T, S> a, FollowItems items) {
   extern __shared__ __align__(128) uint8_t smem[];
   const NormItemSmem<T> sm = follow_smem<T>(smem, a.C / a.G, items.n_slots);
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     for (int s = 0; s < kWarps * items.n_slots; ++s) mbar_init(sm.bars + 8 * s, 1);
+    mbar_init_fence();
+  }
   __syncthreads();
   uint32_t seq = 0;
   const int64_t body = items.body_count(), total = items.count();

@@ -16,6 +16,18 @@ __device__ inline void mbar_init(uint32_t bar, uint32_t arrivals) {
 #endif
 }
 
+// After a thread's mbar_init calls, before the barrier that publishes them to the block: makes
+// the initialised barriers visible to the async proxy, which completes bulk copies and TMA loads
+// on them (complete_tx); the pattern of the CUDA programming guide's TMA example and of CUTLASS's
+// pipelines. (It is not the fix for the GroupNorm followers' race: H100, session 54, L2_19 float32
+// with 33 followers, 9/900 and 6/900 calls wrong with it, 7/900 and 7/900 without.)
+__device__ inline void mbar_init_fence() {
+#if MYOPS_WGMMA_ARCH
+  asm volatile("fence.mbarrier_init.release.cluster;\n"
+               "fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 // Release: this thread's earlier shared-memory writes are visible to whoever waits on the phase.
 __device__ inline void mbar_arrive(uint32_t bar) {
 #if MYOPS_WGMMA_ARCH
