@@ -123,13 +123,18 @@ static bool group_norm_follow_pays(const FollowShape& s) {
 // overstates the block slots the process gets: follower blocks could then hold every slot while
 // the conv's remaining blocks wait for one, so the overlap stays off there.
 
-// Off by default: on the H100 (session 53, scripts/follower_race_repro.py) L2_19 float32 with 33
-// followers gave a wrong image (every channel off, up to ~0.5) in 2-3 of 30 calls against the
-// separate passes, in two builds (both with the batched partial loads of group_moments_from_tiles:
-// none without them was run repeatedly); bfloat16 0 of 155. The
-// cause is not found: partial loads at L2 only, an acquire in every follower thread and a fence in
-// every conv thread before the count (notes/wip_s53_l2_hints_and_race_probes.patch) did not remove
-// it. MYOPS_GN_FOLLOWERS=k still forces k blocks (tests, A/B runs).
+// Off by default: on the H100 (scripts/follower_race_repro.py) L2_19 float32 with 33 followers
+// gives a wrong image in some calls against the separate passes: 2-3 of 30 in session 53, 0-1.5% of
+// calls in session 54 (9/900, 6/900, 5/600, 1/600, 0/120; bfloat16 0 of 155, session 53). In each,
+// a band of one conv tile's rows (all 16 of its columns) is off in every channel, by up to ~0.8 but
+// close to the right values: neither the conv's raw values nor the last call's output normalised
+// again. Session 54: the separate passes and the plain conv never differed (0/60 each; beside a
+// busy side stream 0/360 and 0/60); 16 followers 0/600; in a diagnostic build, 33 followers that do
+// not store 0/600, and 33 that start only once every image's count is complete 1/600. The cause is
+// not found (probes that did not remove it: session 53's partial loads at L2 only, an acquire per
+// follower thread and a fence per conv thread; session 54's mbarrier init fence);
+// notes/wip_s54_race_trace.patch times each conv block and follower item to tell whether a follower
+// reads an image early. MYOPS_GN_FOLLOWERS=k still forces k blocks (tests, A/B runs).
 constexpr bool kOverlapByDefault = false;
 
 int group_norm_follow_blocks(int sms, const FollowShape& s) {
