@@ -3,8 +3,8 @@
 Runs L2_19's fused op (conv_transpose2d + GELU + GroupNorm, 128 x 64 x 256^2) `reps` times per
 path and counts the calls whose output differs from the path's first call in any bit:
 the separate passes, the plain conv, and the overlap forced on (MYOPS_GN_FOLLOWERS=33). H100,
-float32: session 53, the forced overlap mismatched in 2-3 of 30 calls; session 54, separate passes
-0/60, plain conv 0/60, forced overlap 1/60 (the rate there was 0-1.5% of calls, machine to machine).
+float32: session 53, the forced overlap mismatched in 2-3 of 30 calls; session 54 (the same rows
+in a helper script), separate passes 0/60, plain conv 0/60, forced overlap 0-1.5% of calls.
 Each wrong call has one image wrong: a band of one conv tile's rows, in every channel.
 notes/wip_s54_race_trace.patch adds per-block timestamps and scripts/follower_race_trace.py.
 Usage (GPU):
