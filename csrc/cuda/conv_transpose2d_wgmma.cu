@@ -600,6 +600,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       wgmma_wait<0>();
       mbar_arrive(empty(s));
     }
+    // the accumulators are read below only after the last wgmma_wait (as in the ping-pong kernel)
+#pragma unroll
+    for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
     consumers();  // the epilogue's Cs overlays stages the other warps' MMAs read
 
     // Accumulators -> Cs[channel][pixel]: warp w holds channels 16w + lane / 4 (+ 8); register
