@@ -126,15 +126,17 @@ static bool group_norm_follow_pays(const FollowShape& s) {
 // Off by default: on the H100 (scripts/follower_race_repro.py) L2_19 float32 with 33 followers
 // gives a wrong image in some calls against the separate passes: 2-3 of 30 in session 53, 0-1.5% of
 // calls in session 54 (9/900, 6/900, 5/600, 1/600, 0/120; bfloat16 0 of 155, session 53). In each,
-// a band of one conv tile's rows (all 16 of its columns) is off in every channel, by up to ~0.8 but
-// close to the right values: neither the conv's raw values nor the last call's output normalised
-// again. Session 54: the separate passes and the plain conv never differed (0/60 each; beside a
-// busy side stream 0/360 and 0/60); 16 followers 0/600; in a diagnostic build, 33 followers that do
-// not store 0/600, and 33 that start only once every image's count is complete 1/600. The cause is
-// not found (probes that did not remove it: session 53's partial loads at L2 only, an acquire per
-// follower thread and a fence per conv thread; session 54's mbarrier init fence);
-// notes/wip_s54_race_trace.patch times each conv block and follower item to tell whether a follower
-// reads an image early. MYOPS_GN_FOLLOWERS=k still forces k blocks (tests, A/B runs).
+// a band of one conv tile's rows (all 16 of its columns) is off in every channel, by at most ~0.8
+// (normalised units), where raw conv values or the last call's output normalised again would be off
+// by ~0.5-4 (judged by the band's largest differences only). Session 54: the separate passes and
+// the plain conv never differed (0/60 each; beside a busy side stream 0/360 and 0/60); 16 followers
+// 0/600; in a diagnostic build, 33 followers that do not store 0/600, and 33 that start only once
+// every image's count is complete 1/600. The cause is not found (probes that did not remove it:
+// session 53's partial loads at L2 only, an acquire per follower thread and a fence per conv
+// thread; session 54's mbarrier init fence); notes/wip_s54_race_trace.patch times each conv block
+// and follower item and compares each call's tile partials with the first call's, to tell a
+// follower that reads early or other data from a conv that computes other values.
+// MYOPS_GN_FOLLOWERS=k still forces k blocks (tests, A/B runs).
 constexpr bool kOverlapByDefault = false;
 
 int group_norm_follow_blocks(int sms, const FollowShape& s) {
