@@ -174,7 +174,12 @@ struct BoxRing {
     mbar_wait(full(r), (seq / sl.box_slots) & 1);
     return base + r * sl.box_slot_bytes;
   }
-  __device__ void release(int seq) const { mbar_arrive(empty(seq % sl.box_slots)); }
+  // After this thread's last read of box `seq`: the fence orders those (generic-proxy) reads
+  // before the TMA (async proxy) that refills the slot once every thread has arrived.
+  __device__ void release(int seq) const {
+    fence_proxy_async_shared();
+    mbar_arrive(empty(seq % sl.box_slots));
+  }
 };
 
 // A 16-bit NCHW box ([16 channels][box_rows][box_cols], as TMA landed it) -> a stage's two
@@ -468,8 +473,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int c = 0; c < n_chunks; ++c) {
       const int s = claim_stage(c, w_block + c * w_chunk_words, w_bytes);
       transpose(boxes.acquire(c), pipe + stage(s));
-      boxes.release(c);
-      fence_proxy_async_shared();
+      boxes.release(c);  // its proxy fence also orders the halo's stores before the MMAs
       mbar_arrive(full(s));
       if (threadIdx.x == 0) issue_box(c + sl.box_slots);  // into chunk c's slot, once every thread has read it
     }

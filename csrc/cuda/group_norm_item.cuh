@@ -151,7 +151,10 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
         dst[v] = x;
       }
     }
-    __syncwarp();  // slot s read by every lane: refill it
+    // slot s read by every lane: refill it (the fence orders the lanes' generic reads before the
+    // bulk copy's async-proxy writes; wgmma_ops.cuh)
+    fence_proxy_async_shared();
+    __syncwarp();
     if (lane == 0 && j + int64_t(kWarps) * sm.n_slots < j1) issue(j + int64_t(kWarps) * sm.n_slots, q + sm.n_slots);
   }
   seq = q;

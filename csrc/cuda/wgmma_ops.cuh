@@ -49,8 +49,14 @@ __device__ inline void wgmma_fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-// Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the
-// async proxy that wgmma reads through; a barrier must follow before the MMA is issued.
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones; a
+// barrier (or mbarrier arrival) must follow before the async access is issued. Both directions
+// need it: writes (st.shared, stmatrix) that wgmma or a bulk store then reads, and reads
+// (ld.shared, ldmatrix) of a buffer that a TMA or bulk copy then refills (the PTX proxy rules;
+// an mbarrier's release/acquire alone does not order the two proxies). Without it on the input
+// boxes' reads (H100, L2_19 float32 with 33 GroupNorm followers, notes/wip_s54_race_trace.patch,
+// session 55): 192 of 1500 calls computed one tile's values differently (a band of its rows, every
+// channel; the conv's own tile partials differed from the first call's); with it, 0 of 3000.
 __device__ inline void fence_proxy_async_shared() {
 #if MYOPS_WGMMA_ARCH
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
