@@ -1,12 +1,11 @@
-"""Reproduces the race that keeps the GroupNorm followers off by default (csrc/cuda/group_norm_follow.cu).
-
-Runs L2_19's fused op (conv_transpose2d + GELU + GroupNorm, 128 x 64 x 256^2) `reps` times per
-path and counts the calls whose output differs from the path's first call in any bit:
-the separate passes, the plain conv, and the overlap forced on (MYOPS_GN_FOLLOWERS=33). H100,
-float32: session 53, the forced overlap mismatched in 2-3 of 30 calls; session 54 (the same rows
-in a helper script), separate passes 0/60, plain conv 0/60, forced overlap 0-1.5% of calls.
-Each wrong call has one image wrong: a band of one conv tile's rows, in every channel.
-notes/wip_s54_race_trace.patch adds per-block timestamps and scripts/follower_race_trace.py.
+"""Repeats L2_19's fused op (conv_transpose2d + GELU + GroupNorm, 128 x 64 x 256^2) `reps` times per
+path and counts the calls whose output differs in any bit from the path's first call (the overlapped
+paths: from the separate passes' first call): the separate
+passes, the plain conv, the default (the GroupNorm followers overlapping the conv, since session
+55) and 33 followers forced. It found the race that kept the followers off in sessions 53-54
+(H100, float32, 33 followers: wrong images in ~1% of calls; one conv tile's band of rows, every
+channel): a missing proxy fence in the conv (csrc/cuda/wgmma_ops.cuh, fence_proxy_async_shared).
+notes/wip_s54_race_trace.patch adds per-block timestamps and the tile partials' comparison.
 Usage (GPU):
     python3 scripts/follower_race_repro.py [reps] [dtype,...]
 """
@@ -20,8 +19,9 @@ import myops  # noqa: E402
 from myops.workloads import build  # noqa: E402
 
 
-def count_mismatches(name, fn, reps):
-    first = fn().clone()
+def count_mismatches(name, fn, reps, first=None):
+    """Calls differing from `first` (default: fn's first call); returns that reference."""
+    first = fn().clone() if first is None else first
     bad = []
     for i in range(reps):
         out = fn()
@@ -33,6 +33,7 @@ def count_mismatches(name, fn, reps):
         del out
     print(f"{name}: {len(bad)}/{reps} calls differ from the first (call, max diff, first planes, planes)",
           bad[:4], flush=True)
+    return first
 
 
 def main():
@@ -42,11 +43,13 @@ def main():
         conv = next(m for m in case.module.modules() if isinstance(m, torch.nn.ConvTranspose2d))
         with torch.no_grad():
             os.environ["MYOPS_GN_FOLLOWERS"] = "0"
-            count_mismatches(f"{dtype} fused op, separate passes", lambda: case.myops_fn(case.input), reps)
+            separate = count_mismatches(f"{dtype} fused op, separate passes", lambda: case.myops_fn(case.input), reps)
             count_mismatches(f"{dtype} plain conv", lambda: myops.conv_transpose2d(case.input, conv.weight, conv.bias),
                              reps)
+            os.environ.pop("MYOPS_GN_FOLLOWERS")
+            count_mismatches(f"{dtype} fused op, default", lambda: case.myops_fn(case.input), reps, separate)
             os.environ["MYOPS_GN_FOLLOWERS"] = "33"
-            count_mismatches(f"{dtype} fused op, 33 followers", lambda: case.myops_fn(case.input), reps)
+            count_mismatches(f"{dtype} fused op, 33 followers", lambda: case.myops_fn(case.input), reps, separate)
             os.environ.pop("MYOPS_GN_FOLLOWERS")
         del case, conv
         torch.cuda.empty_cache()

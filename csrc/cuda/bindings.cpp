@@ -428,6 +428,7 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   at::Tensor done = at::empty({p.N}, input.options().dtype(at::kInt));
   check_launch(cudaMemsetAsync(done.data_ptr(), 0, done.nbytes(), stream), op);
   fused.ep.tiles_done = reinterpret_cast<unsigned*>(done.data_ptr<int>());
+  fused.ep.l2_hints = cuda::group_norm_follow_l2_hints(kernel_dtype(input.scalar_type()));
   const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
   const int device = input.device().index();
   const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(/*isHighPriority=*/true, device);
@@ -437,7 +438,7 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   check_launch(cuda::group_norm_follow(out.data_ptr(), kernel_dtype(out.scalar_type()), N, C, HW, num_groups,
                                        fused.tile_stats.const_data_ptr(), k.plan.tiles_per_sample, eps,
                                        ptr_or_null(gamma), ptr_or_null(beta), fused.ep.tiles_done,
-                                       static_cast<unsigned>(blocks_per_image), followers, side),
+                                       static_cast<unsigned>(blocks_per_image), followers, fused.ep.l2_hints, side),
                op);
   // the caller's stream waits for the pass; the buffers freed here are reused on that stream only
   stream_wait(op, stream, side, device, 1);

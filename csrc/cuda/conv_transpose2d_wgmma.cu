@@ -11,6 +11,7 @@
 #include "cuda/grid_dependency.cuh"
 #include "cuda/hopper_pipeline.cuh"
 #include "cuda/input_tensor_map.cuh"
+#include "cuda/l2_policy.cuh"
 #include "cuda/pair_epilogue.cuh"
 #include "cuda/small_quotient.cuh"
 #include "cuda/wgmma_epilogue.cuh"
@@ -161,12 +162,18 @@ struct BoxRing {
   }
   // One thread: box `seq` at input column col0, row row0, channel ch of image n, once its slot's
   // previous box has been read.
-  __device__ void issue(const CUtensorMap& map, int seq, int64_t col0, int64_t row0, int64_t ch, int64_t n) const {
+  // evict_first: the box's lines are marked first out of L2 (ConvEpilogue::l2_hints).
+  __device__ void issue(const CUtensorMap& map, int seq, int64_t col0, int64_t row0, int64_t ch, int64_t n,
+                        bool evict_first) const {
     const int r = seq % sl.box_slots;
     if (seq >= sl.box_slots) mbar_wait(empty(r), (seq / sl.box_slots - 1) & 1);
     mbar_arrive_expect_tx(full(r), sl.box_bytes);
-    tma_load_4d(base + r * sl.box_slot_bytes, &map, static_cast<int>(col0), static_cast<int>(row0),
-                static_cast<int>(ch), static_cast<int>(n), full(r));
+    const uint32_t dst = base + r * sl.box_slot_bytes;
+    const int c0 = static_cast<int>(col0), c1 = static_cast<int>(row0), c2 = static_cast<int>(ch);
+    if (evict_first)
+      tma_load_4d_with_policy(dst, &map, c0, c1, c2, static_cast<int>(n), full(r), l2_policy(L2Priority::EvictFirst));
+    else
+      tma_load_4d(dst, &map, c0, c1, c2, static_cast<int>(n), full(r));
   }
   // The shared address of box `seq` ([channel][row][column]), once it has landed.
   __device__ uint32_t acquire(int seq) const {
@@ -507,7 +514,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int shift = kTma ? static_cast<int>(col0 - box_col0<Raw>(col0)) : 0;  // halo column 0 in the box
     // kTma: thread 0 issues chunk c's box box_slots chunks ahead of its use
     auto issue_box = [&](int c) {
-      if (kTma && c < n_chunks) boxes.issue(input_map, c, box_col0<Raw>(col0), row0, g * p.C_in_g + int64_t(c) * kCh, n);
+      if (kTma && c < n_chunks)
+        boxes.issue(input_map, c, box_col0<Raw>(col0), row0, g * p.C_in_g + int64_t(c) * kCh, n,
+                    (ep.l2_hints & kL2InputEvictFirst) != 0);
     };
     if (kTma && tid == 0)
       for (int c = 0; c < sl.box_slots; ++c) issue_box(c);

@@ -123,26 +123,29 @@ static bool group_norm_follow_pays(const FollowShape& s) {
 // overstates the block slots the process gets: follower blocks could then hold every slot while
 // the conv's remaining blocks wait for one, so the overlap stays off there.
 
-// Off by default: on the H100 (scripts/follower_race_repro.py) L2_19 float32 with 33 followers
-// gives a wrong image in some calls against the separate passes: 2-3 of 30 in session 53, 0-1.5% of
-// calls in session 54 (9/900, 6/900, 5/600, 1/600, 0/120; bfloat16 0 of 155, session 53). In each,
-// a band of one conv tile's rows (all 16 of its columns) is off in every channel, by at most ~0.8
-// (normalised units), where raw conv values or the last call's output normalised again would be off
-// by ~0.5-4 (judged by the band's largest differences only). Session 54: the separate passes and
-// the plain conv never differed (0/60 each; beside a busy side stream 0/360 and 0/60); 16 followers
-// 0/600; in a diagnostic build, 33 followers that do not store 0/600, and 33 that start only once
-// every image's count is complete 1/600. The cause is not found (probes that did not remove it:
-// session 53's partial loads at L2 only, an acquire per follower thread and a fence per conv
-// thread; session 54's mbarrier init fence); notes/wip_s54_race_trace.patch times each conv block
-// and follower item and compares each call's tile partials with the first call's, to tell a
-// follower that reads early or other data from a conv that computes other values.
-// MYOPS_GN_FOLLOWERS=k still forces k blocks (tests, A/B runs).
-constexpr bool kOverlapByDefault = false;
+// On by default since session 55. Sessions 53-54 kept it off: on the H100, L2_19 float32 with 33
+// followers gave a wrong image in ~1% of calls (one conv tile's band of rows, every channel). The
+// cause was the conv's, exposed by the followers' timing: its producer's generic reads of an input
+// box were not ordered before the TMA that refilled the box (a proxy fence was missing;
+// wgmma_ops.cuh, fence_proxy_async_shared). With the fence, the trace harness that showed 192 wrong
+// calls in 1500 (notes/wip_s54_race_trace.patch) showed 0 in 3000.
+// MYOPS_GN_FOLLOWERS=k forces k blocks (0: the separate passes; tests, A/B runs).
+constexpr bool kOverlapByDefault = true;
 
 int group_norm_follow_blocks(int sms, const FollowShape& s) {
   if (const std::optional<int> forced = env_int("MYOPS_GN_FOLLOWERS")) return std::max(0, *forced);
   if (std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != nullptr) return 0;
   return kOverlapByDefault && group_norm_follow_pays(s) ? std::max(1, sms / 4) : 0;
+}
+
+// H100, L2_19, 33 followers, idle ms, no hints / kL2InputEvictFirst | kL2FollowerEvictFirst (same
+// build and process, three rounds, session 53): bfloat16 2.847 / 2.779 / 2.785 against 2.800 /
+// 2.725 / 2.729; float32 4.469 / 4.509 / 5.038 against 4.476 / 4.530 / 5.115 (its images stay too
+// large for L2: no hints there). Session 55 (bench, --no-compile, bfloat16 L2_19, one process each):
+// 2.801 ms without hints (MYOPS_L2HINT=0) against 2.790 with them.
+unsigned group_norm_follow_l2_hints(DType dtype) {
+  if (const std::optional<int> forced = env_int("MYOPS_L2HINT")) return static_cast<unsigned>(*forced);
+  return dtype == DType::BF16 || dtype == DType::F16 ? kL2InputEvictFirst | kL2FollowerEvictFirst : 0u;
 }
 
 bool group_norm_follow_supported(int64_t C, int64_t num_groups) {
@@ -152,7 +155,7 @@ bool group_norm_follow_supported(int64_t C, int64_t num_groups) {
 cudaError_t group_norm_follow(void* y, DType dtype, int64_t N, int64_t C, int64_t HW, int64_t num_groups,
                               const void* tile_stats, int64_t tiles, double eps, const void* gamma,
                               const void* beta, const unsigned* tiles_done, unsigned blocks_per_image, int blocks,
-                              cudaStream_t stream) {
+                              unsigned l2_hints, cudaStream_t stream) {
   if (N * num_groups == 0 || HW == 0) return cudaSuccess;
   // every group in two parts, the last two images' in as many as it takes to give every block one
   FollowItems items{N, num_groups, std::min<int64_t>(N, 2), 2,
@@ -178,7 +181,7 @@ cudaError_t group_norm_follow(void* y, DType dtype, int64_t N, int64_t C, int64_
     if (err != cudaSuccess) return err;
     const NormItemArgs<T, S> a{static_cast<T*>(y), C, HW, num_groups, static_cast<const S*>(tile_stats), tiles, eps,
                                static_cast<const T*>(gamma), static_cast<const T*>(beta), tiles_done,
-                               blocks_per_image};
+                               blocks_per_image, (l2_hints & kL2FollowerEvictFirst) != 0};
     kernel<<<grid, kThreads, smem, stream>>>(a, items);
     return cudaGetLastError();
   });

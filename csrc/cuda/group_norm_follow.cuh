@@ -20,12 +20,13 @@ namespace cuda {
 // y: contiguous [N, C, HW], normalised in place (gamma / beta nullable, in y's dtype);
 // tile_stats: [N][C][tiles][3] as the conv epilogue writes them (double for float64, else
 // float); tiles_done: [N] counters, image n complete at blocks_per_image; `blocks`: how many
-// persistent blocks (the launch takes at most one per item). sm_90 only (bulk copies): the host
+// persistent blocks (the launch takes at most one per item); l2_hints: L2Hint flags
+// (kL2FollowerEvictFirst is the pass's). sm_90 only (bulk copies): the host
 // takes it with the Hopper conv kernel only.
 cudaError_t group_norm_follow(void* y, DType dtype, int64_t N, int64_t C, int64_t HW, int64_t num_groups,
                               const void* tile_stats, int64_t tiles, double eps, const void* gamma,
                               const void* beta, const unsigned* tiles_done, unsigned blocks_per_image, int blocks,
-                              cudaStream_t stream);
+                              unsigned l2_hints, cudaStream_t stream);
 
 // Whether the pass takes GroupNorm of C channels in num_groups groups (a group's per-channel
 // affine maps live in shared memory).
@@ -38,12 +39,14 @@ struct FollowShape {
   double flops_per_value;  // the conv's multiply-adds x 2 per output value
 };
 
-// Follower blocks for a call of shape s on a device of `sms` multiprocessors: 0 by default (the
-// separate statistics and normalise passes) while a race found in session 53 is open (see
-// group_norm_follow.cu); with the overlap on, sms / 4 where it is expected to pay
-// (group_norm_follow_pays: the rule and its data). MYOPS_GN_FOLLOWERS=k forces k blocks whatever
-// the shape (0: off).
+// Follower blocks for a call of shape s on a device of `sms` multiprocessors: sms / 4 where the
+// overlap is expected to pay (group_norm_follow_pays: the rule and its data), else 0 (the separate
+// statistics and normalise passes). MYOPS_GN_FOLLOWERS=k forces k blocks whatever the shape (0: off).
 int group_norm_follow_blocks(int sms, const FollowShape& s);
+
+// The L2Hint flags for the conv and its followers in dtype (group_norm_follow.cu: the data);
+// MYOPS_L2HINT=flags overrides them (A/B runs).
+unsigned group_norm_follow_l2_hints(DType dtype);
 
 }  // namespace cuda
 }  // namespace myops

@@ -7,6 +7,7 @@
 #include "cuda/gpu_flags.cuh"
 #include "cuda/group_norm_math.cuh"
 #include "cuda/hopper_pipeline.cuh"
+#include "cuda/l2_policy.cuh"
 
 namespace myops {
 namespace cuda {
@@ -27,6 +28,7 @@ struct NormItemArgs {
   const T* beta;
   const unsigned* tiles_done;
   unsigned blocks_per_image;
+  bool evict_first_stores;  // the normalised values marked first out of L2 (kL2FollowerEvictFirst)
 };
 
 // The block's shared memory for items: n_slots per warp (warp w's are slots w * n_slots ...),
@@ -65,6 +67,7 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
   constexpr int kWarps = kThreads / 32;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const uint32_t first = seq;
+  const uint64_t store_policy = a.evict_first_stores ? l2_policy(L2Priority::EvictFirst) : 0;
   // piece j into this warp's slot for its sequence number q (lane 0 issues)
   auto issue = [&](int64_t j, uint32_t q) {
     const uint32_t s = warp * sm.n_slots + q % sm.n_slots, bar = sm.bars + 8 * s;
@@ -136,7 +139,8 @@ __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItem
         V x = src[v];
 #pragma unroll
         for (int k = 0; k < kVec; ++k) x.v[k] = norm(read, x.v[k]);
-        dst[v] = x;
+        if (a.evict_first_stores) store_with_policy(dst + v, x, store_policy);
+        else dst[v] = x;
       }
     } else {
       for (int v = lane; v < vectors; v += 32) {

@@ -19,8 +19,9 @@ __device__ inline void mbar_init(uint32_t bar, uint32_t arrivals) {
 // After a thread's mbar_init calls, before the barrier that publishes them to the block: makes
 // the initialised barriers visible to the async proxy, which completes bulk copies and TMA loads
 // on them (complete_tx); the pattern of the CUDA programming guide's TMA example and of CUTLASS's
-// pipelines. (It is not the fix for the GroupNorm followers' race: H100, session 54, L2_19 float32
-// with 33 followers, 9/900 and 6/900 calls wrong with it, 7/900 and 7/900 without.)
+// pipelines. (It was not the fix for the GroupNorm followers' race, session 54: H100, L2_19 float32
+// with 33 followers, 9/900 and 6/900 calls wrong with it, 7/900 and 7/900 without; the fix was a
+// proxy fence on the input boxes' reads, session 55: wgmma_ops.cuh.)
 __device__ inline void mbar_init_fence() {
 #if MYOPS_WGMMA_ARCH
   asm volatile("fence.mbarrier_init.release.cluster;\n"
@@ -82,6 +83,18 @@ __device__ inline void tma_load_4d(uint32_t dst, const void* tensor_map, int c0,
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
       ::"r"(dst), "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+#endif
+}
+
+// The same with an L2 eviction policy (l2_policy.cuh).
+__device__ inline void tma_load_4d_with_policy(uint32_t dst, const void* tensor_map, int c0, int c1, int c2, int c3,
+                                               uint32_t bar, uint64_t policy) {
+#if MYOPS_WGMMA_ARCH
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
+      ::"r"(dst), "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(policy)
       : "memory");
 #endif
 }

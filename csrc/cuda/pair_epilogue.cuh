@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "cuda/conv_common.cuh"
+#include "cuda/l2_policy.cuh"
 
 namespace myops {
 namespace cuda {
@@ -134,6 +135,9 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const 
   // 16-bit outputs with statistics: two channels per iteration give the latency-bound loop more
   // independent work (H100, bfloat16 L2_19 op queued 2.92 -> 2.86 ms; float32 gained nothing)
   constexpr int kUnroll = kStats && sizeof(T) == 2 ? 2 : 1;
+  // (ConvEpilogue::l2_hints: the whole pairs only; the edges' single values store plainly)
+  const bool out_evict_last = (ep.l2_hints & kL2OutputEvictLast) != 0;
+  const uint64_t out_policy = out_evict_last ? l2_policy(L2Priority::EvictLast) : 0;
   with_activation<float, T>(ep, [&](auto act) {
     auto channels = [&](auto all_pairs_whole) {
       constexpr bool kAllWhole = decltype(all_pairs_whole)::value;
@@ -152,7 +156,9 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const 
           stored[2 * j] = Traits::to_acc(pair.v[0]);
           stored[2 * j + 1] = Traits::to_acc(pair.v[1]);
           if (kAllWhole || ((whole >> j) & 1u)) {
-            *reinterpret_cast<Vec<T, 2>*>(chan + off[j]) = pair;
+            Vec<T, 2>* const dst = reinterpret_cast<Vec<T, 2>*>(chan + off[j]);
+            if (out_evict_last) store_with_policy(dst, pair, out_policy);
+            else *dst = pair;
             sum += stored[2 * j] + stored[2 * j + 1];
           } else {
 #pragma unroll
