@@ -66,6 +66,17 @@ struct FollowItems {
   int body_parts, tail_parts, n_slots;
   __host__ __device__ int64_t body_count() const { return (N - tail_images) * G * body_parts; }
   __host__ __device__ int64_t count() const { return body_count() + tail_images * G * tail_parts; }
+  // item i (< count()): its (image, group) index, which part of it, and of how many parts
+  struct Part {
+    int64_t group_item;
+    int part, parts;
+  };
+  __host__ __device__ Part part_of(int64_t i) const {
+    const int64_t body = body_count();
+    if (i < body) return {i / body_parts, static_cast<int>(i % body_parts), body_parts};
+    i -= body;
+    return {(N - tail_images) * G + i / tail_parts, static_cast<int>(i % tail_parts), tail_parts};
+  }
 };
 
 // Items blockIdx.x, blockIdx.x + gridDim.x, ... (normalise_group_part).
@@ -79,16 +90,10 @@ __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(NormItemArg
   }
   __syncthreads();
   uint32_t seq = 0;
-  const int64_t body = items.body_count(), total = items.count();
+  const int64_t total = items.count();
   for (int64_t item = blockIdx.x; item < total; item += gridDim.x) {
-    if (item < body) {
-      normalise_group_part<kThreads>(a, sm, item / items.body_parts, static_cast<int>(item % items.body_parts),
-                                     items.body_parts, seq);
-    } else {
-      const int64_t i = item - body, first_group = (items.N - items.tail_images) * items.G;
-      normalise_group_part<kThreads>(a, sm, first_group + i / items.tail_parts, static_cast<int>(i % items.tail_parts),
-                                     items.tail_parts, seq);
-    }
+    const FollowItems::Part p = items.part_of(item);
+    normalise_group_part<kThreads>(a, sm, p.group_item, p.part, p.parts, seq);
   }
 }
 
