@@ -34,6 +34,8 @@ step racecheck_wgmma env MYOPS_FORCE_WGMMA=1 compute-sanitizer --tool racecheck 
 step memcheck_nhwc env MYOPS_FORCE_WGMMA=1 MYOPS_FORCE_NHWC_STAGING=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step racecheck_nhwc env MYOPS_FORCE_WGMMA=1 MYOPS_FORCE_NHWC_STAGING=1 compute-sanitizer --tool racecheck --kernel-name kns=myops --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only --ours-only
 step memcheck_mma env MYOPS_DISABLE_WGMMA=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
+# repeated L2_19 calls, bit for bit: the overlapped GroupNorm pass and the conv (a race found in session 53)
+step repeat_l2_19 python3 scripts/follower_race_repro.py 100
 step demo_seed_block python3 compile_demos/seed_block.py
 step demo_vae_up_block python3 compile_demos/vae_up_block.py
 step demo_dcgan_generator python3 compile_demos/dcgan_generator.py

@@ -3,8 +3,8 @@ Hopper kernel's two-block form runs the conv, a few persistent blocks on a highe
 normalise each image as soon as its conv blocks have counted themselves done. It must give the
 same bits as the separate statistics and normalise passes (MYOPS_GN_FOLLOWERS=0), whatever the
 number of follower blocks, on any stream, and inside CUDA graphs (where the op keeps the separate
-passes). It is off by default while a race seen at L2_19's size is open (group_norm_follow.cu);
-the tests force it through MYOPS_GN_FOLLOWERS."""
+passes). By default it runs only where it pays (group_norm_follow_pays: large shapes); the tests
+force it through MYOPS_GN_FOLLOWERS."""
 import random
 
 import pytest
