@@ -6,6 +6,9 @@
 # instrumenting cuDNN's kernels too took minutes, and its float32 channels-last conv stops the
 # sanitizer with an internal error.
 # Logs go to $OUT (default /tmp/myops_gpu). Usage: bash scripts/gpu_check.sh [bench args...]
+# GPU_CHECK_ONLY="step ..." runs only the named steps (e.g. "build pytest", then "memcheck racecheck
+# repeat_l2_19 bench" on the same machine: the whole run takes ~25 min, more than some lent
+# machines allow one command); unset, every step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/myops_gpu}
@@ -14,6 +17,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 summary=()
 step() {  # step NAME COMMAND...: runs it, logs to $OUT/NAME.log, records pass / fail
   local name=$1; shift
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && [[ " $GPU_CHECK_ONLY " != *" $name "* ]]; then return 0; fi
   local t0=$SECONDS
   if "$@" >"$OUT/$name.log" 2>&1; then summary+=("| $name | ok | $((SECONDS - t0)) s | $(tail -n 1 "$OUT/$name.log") |")
   else summary+=("| $name | FAILED | $((SECONDS - t0)) s | $(tail -n 1 "$OUT/$name.log") |"); fi
@@ -42,6 +46,9 @@ step demo_dcgan_generator python3 compile_demos/dcgan_generator.py
 # the compile pass's measured selection (enable(measure=True)): the same demos, chains timed at compile time
 step demo_vae_up_block_measured python3 compile_demos/vae_up_block.py --measure
 step demo_dcgan_generator_measured python3 compile_demos/dcgan_generator.py --measure
-if [ "${SKIP_BENCH:-0}" != 1 ]; then step bench python3 -m myops.bench --json "$OUT/bench.json" "$@"; cat "$OUT/bench.log" | grep '^|'; fi
-tail -n 25 "$OUT/pytest.log"
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  step bench python3 -m myops.bench --json "$OUT/bench.json" "$@"
+  [ -f "$OUT/bench.log" ] && grep '^|' "$OUT/bench.log"
+fi
+[ -f "$OUT/pytest.log" ] && tail -n 25 "$OUT/pytest.log"
 printf '\n| step | result | time | last line |\n|---|---|---|---|\n'; printf '%s\n' "${summary[@]}"
