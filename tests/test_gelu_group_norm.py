@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 import myops
-from conftest import DEVICES
+from conftest import DEVICES, HAS_CUDA
 from reference import assert_matches, f64, tolerance
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
@@ -30,6 +30,26 @@ def test_gelu_layouts(device):
     assert_matches(myops.gelu(view, approximate="tanh"), F.gelu(f64(view), approximate="tanh"),
                    tolerance(torch.float32, device))
     assert myops.gelu(torch.empty(0, 3, device=device)).shape == (0, 3)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gelu_vectors_per_thread_cuda(dtype, monkeypatch):
+    """The CUDA kernel's 1 / 2 / 4 vectors per thread (MYOPS_GELU_VECS; 16-bit types default to 4)
+    give the same bits, on sizes that leave partial blocks, partial vector groups and scalar tails,
+    and on a misaligned view (no vectors at all)."""
+    for n in (1, 9, 2048 * 8 + 5, 1024 * 8 * 3 + 17 * 8 + 3):
+        for offset in (0, 1):
+            x = (torch.randn(n + offset, device="cuda", dtype=dtype) * 3)[offset:]
+            outs = []
+            for vecs in ("1", "2", "4"):
+                monkeypatch.setenv("MYOPS_GELU_VECS", vecs)
+                outs.append(myops.gelu(x))
+            monkeypatch.delenv("MYOPS_GELU_VECS")
+            default = myops.gelu(x)
+            for out in outs[1:] + [default]:
+                assert torch.equal(out, outs[0]), (n, offset)
+            assert_matches(default, F.gelu(f64(x)), tolerance(dtype, "cuda"))
 
 
 @pytest.mark.parametrize("device", DEVICES)

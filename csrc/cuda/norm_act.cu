@@ -20,22 +20,40 @@ bool aligned16(const void* p) {
 }
 
 // ---- GELU ----------------------------------------------------------------------------------
-template <typename T>
+// kVecs 16-byte vectors per thread, blockDim.x apart (each load instruction coalesced), all loaded
+// before any is computed.
+template <typename T, int kVecs>
 __global__ void gelu_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n_vec, int64_t n,
                             GeluApprox approx) {
   using acc_t = typename DTypeTraits<T>::acc_t;
   using Tr = DTypeTraits<T>;
   constexpr int kVec = DTypeTraits<T>::kVec;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t t0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x * kVecs;
+  const int64_t t0 = blockIdx.x * int64_t(blockDim.x) * kVecs + threadIdx.x;
   for (int64_t i = t0; i < n_vec; i += stride) {  // 16-byte body
-    Vec<T, kVec> v = reinterpret_cast<const Vec<T, kVec>*>(x)[i];
+    Vec<T, kVec> v[kVecs];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v.v[k] = Tr::from_acc(gelu<acc_t>(Tr::to_acc(v.v[k]), approx));
-    reinterpret_cast<Vec<T, kVec>*>(y)[i] = v;
+    for (int u = 0; u < kVecs; ++u)
+      if (i + u * int64_t(blockDim.x) < n_vec) v[u] = reinterpret_cast<const Vec<T, kVec>*>(x)[i + u * blockDim.x];
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      if (i + u * int64_t(blockDim.x) >= n_vec) break;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[u].v[k] = Tr::from_acc(gelu<acc_t>(Tr::to_acc(v[u].v[k]), approx));
+      reinterpret_cast<Vec<T, kVec>*>(y)[i + u * blockDim.x] = v[u];
+    }
   }
-  for (int64_t i = n_vec * kVec + t0; i < n; i += stride)  // tail
+  const int64_t t_flat = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, flat_stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = n_vec * kVec + t_flat; i < n; i += flat_stride)  // tail
     y[i] = Tr::from_acc(gelu<acc_t>(Tr::to_acc(x[i]), approx));
+}
+
+template <typename T, int kVecs>
+cudaError_t launch_gelu_vecs(const void* x, void* y, int64_t n, int64_t n_vec, GeluApprox approx, cudaStream_t s) {
+  const int64_t work = std::max<int64_t>((n_vec + kVecs - 1) / kVecs, 1);
+  const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 0x7fffffff));
+  gelu_kernel<T, kVecs><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n_vec, n, approx);
+  return cudaGetLastError();
 }
 
 template <typename T>
@@ -44,12 +62,16 @@ cudaError_t launch_gelu(const void* x, void* y, int64_t n, GeluApprox approx, cu
   constexpr int kVec = DTypeTraits<T>::kVec;
   const bool vec_ok = aligned16<T>(x) && aligned16<T>(y);
   const int64_t n_vec = vec_ok ? n / kVec : 0;
-  const int64_t work = std::max<int64_t>(n_vec, 1);
-  // one 16-byte vector per thread, as PyTorch's elementwise kernels (the grid-stride loop only
-  // for tensors beyond the grid's reach)
-  const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 0x7fffffff));
-  gelu_kernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n_vec, n, approx);
-  return cudaGetLastError();
+  // 16-byte vectors per thread (the grid-stride loop only for tensors beyond the grid's reach):
+  // one for float32 / float64, as PyTorch's elementwise kernels; four for 16-bit types, whose
+  // eight erf evaluations per vector make one vector per thread partly issue-bound (H100, bench
+  // gelu row at the L2_19 output size, bfloat16, two rounds: 1 / 2 / 4 vectors 0.809 / 0.811 /
+  // 0.779 and 0.848 / 0.812 / 0.779 ms, eager 0.771-0.811; float32 1 / 4: 1.486 / 1.513 and
+  // 1.501 / 1.486). MYOPS_GELU_VECS=1 / 2 / 4 overrides it (A/B runs).
+  const int vecs = env_int("MYOPS_GELU_VECS").value_or(sizeof(T) == 2 ? 4 : 1);
+  if (vecs == 2) return launch_gelu_vecs<T, 2>(x, y, n, n_vec, approx, s);
+  if (vecs == 4) return launch_gelu_vecs<T, 4>(x, y, n, n_vec, approx, s);
+  return launch_gelu_vecs<T, 1>(x, y, n, n_vec, approx, s);
 }
 
 // ---- Statistics over a tensor ----------------------------------------------------------------
