@@ -7,8 +7,8 @@
 # sanitizer with an internal error.
 # Logs go to $OUT (default /tmp/myops_gpu). Usage: bash scripts/gpu_check.sh [bench args...]
 # GPU_CHECK_ONLY="step ..." runs only the named steps (e.g. "build pytest", then "memcheck racecheck
-# repeat_l2_19 bench" on the same machine: the whole run takes ~25 min, more than some lent
-# machines allow one command); unset, every step.
+# repeat_l2_19 bench" on the same machine: the steps add up to well over 10 minutes on an H100,
+# more than some lent machines allow one command); unset, every step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/myops_gpu}
