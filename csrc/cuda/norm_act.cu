@@ -50,7 +50,9 @@ __global__ void gelu_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t 
 
 template <typename T, int kVecs>
 cudaError_t launch_gelu_vecs(const void* x, void* y, int64_t n, int64_t n_vec, GeluApprox approx, cudaStream_t s) {
-  const int64_t work = std::max<int64_t>((n_vec + kVecs - 1) / kVecs, 1);
+  // threads: one per kVecs vectors, or one per element where nothing is vectorised (the tail
+  // loop then does it all: a misaligned view took a single block before)
+  const int64_t work = n_vec > 0 ? (n_vec + kVecs - 1) / kVecs : n;
   const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 0x7fffffff));
   gelu_kernel<T, kVecs><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n_vec, n, approx);
   return cudaGetLastError();
