@@ -12,7 +12,6 @@
 namespace myops {
 namespace cuda {
 
-// What the GEMM epilogue does after adding the bias.
 // L2 eviction priorities for a conv that GroupNorm followers normalise behind (group_norm_follow.cuh):
 // its input is read about once, its output read back and rewritten soon after, and the followers'
 // writes are final. Without hints most follower reads missed L2 (H100, L2_19, 33 followers, DRAM
@@ -25,6 +24,7 @@ enum L2Hint : unsigned {
   kL2FollowerEvictFirst = 8  // the followers' normalised stores (within-plane pieces)
 };
 
+// What the GEMM epilogue does after adding the bias.
 struct ConvEpilogue {
   bool gelu = false;
   GeluApprox approx = GeluApprox::None;
