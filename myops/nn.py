@@ -21,25 +21,30 @@ from torch import Tensor, nn
 from . import ops
 
 
+_STORES = ("_parameters", "_buffers", "_modules")
+_MISSING = object()
+_is_compiling = torch.compiler.is_compiling
+
+
 def _member(module: nn.Module, name: str):
     """``module.<name>`` for a parameter, buffer or child module, read from the module's own dicts:
     a plain read of one goes through a failed attribute lookup and nn.Module.__getattr__ (~1 us
     each on the CPU machine, against ~0.1 us here; a dozen per fused call, all before its first
     kernel). Anything else (a parametrization's property, a plain attribute) and every read under
     torch.compile, which traces module attributes itself, take the plain path."""
-    if not torch.compiler.is_compiling():
+    if not _is_compiling():
         state = module.__dict__
-        for store in ("_parameters", "_buffers", "_modules"):
-            values = state.get(store)
-            if values is not None and name in values:
-                return values[name]
+        for store in _STORES:
+            value = state.get(store, _MISSING)
+            if value is not _MISSING:
+                value = value.get(name, _MISSING)
+                if value is not _MISSING:
+                    return value
     return getattr(module, name)
 
 
-def _output_padding(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Sequence[int]]) -> List[int]:
-    """conv's output_padding, or the one that gives output_size (as nn.ConvTranspose2d.forward)."""
-    if output_size is None:
-        return list(conv.output_padding)
+def _output_padding(conv: nn.ConvTranspose2d, input: Tensor, output_size: Sequence[int]) -> List[int]:
+    """The output_padding that gives conv output_size (as nn.ConvTranspose2d.forward)."""
     return conv._output_padding(input, list(output_size), list(conv.stride), list(conv.padding),
                                 list(conv.kernel_size), 2, list(conv.dilation))
 
@@ -49,9 +54,10 @@ def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Se
     dilation) as the ops' *_chain_call functions take them."""
     if conv.padding_mode != "zeros":  # as nn.ConvTranspose2d
         raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
+    # (the module's own tuples: the ops take a sequence; no copies before the first kernel)
+    output_padding = conv.output_padding if output_size is None else _output_padding(conv, input, output_size)
     return _member(conv, "weight"), _member(conv, "bias"), (
-        list(conv.stride), list(conv.padding), _output_padding(conv, input, output_size), conv.groups,
-        list(conv.dilation))
+        conv.stride, conv.padding, output_padding, conv.groups, conv.dilation)
 
 
 def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[tuple, Optional[Tensor]]:
@@ -79,8 +85,7 @@ def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[tuple, Optional[Tensor]]:
 def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxPool2d, norm: nn.GroupNorm,
                      input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
     """``norm(pool(tanh(bn(conv(input)))))`` as one call of the fused op, with the layers' own
-    arguments and BatchNorm's bookkeeping (the forward of the module below; the bench calls it
-    on its eager block)."""
+    arguments and BatchNorm's bookkeeping (the forward of the module below)."""
     bn_args, owed_count = _batch_norm_arguments(bn)
     weight, bias, conv_args = _conv_args(conv, input, output_size)
     return ops.batch_norm_chain_call(

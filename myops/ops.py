@@ -19,8 +19,11 @@ _UPDATE_RUNNING_STATS = torch.ops.myops.batch_norm_update_running_stats.default
 IntOrPair = Union[int, Sequence[int]]
 
 
+_INT_TYPES = (int, torch.SymInt)
+
+
 def _pair(v: IntOrPair) -> list:
-    return [v, v] if isinstance(v, (int, torch.SymInt)) else list(v)
+    return [v, v] if type(v) is int or isinstance(v, _INT_TYPES) else list(v)
 
 
 def _needs_grad(*args) -> bool:

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 import myops
-from myops.nn import batch_norm_chain
 
 
 class ConvTransposeGeluGroupNorm(nn.Module):
@@ -49,12 +48,6 @@ class ConvTransposeBnTanhPoolGroupNorm(nn.Module):
         return self.norm(self.pool(self.act(self.bn(self.conv(x)))))
 
 
-def bn_chain_call(block: ConvTransposeBnTanhPoolGroupNorm, x):
-    """The same step through myops, BatchNorm's own bookkeeping (num_batches_tracked, momentum)
-    included."""
-    return batch_norm_chain(block.conv, block.bn, block.pool, block.norm, x)
-
-
 class GroupNormModule(nn.Module):
     def __init__(self, channels, num_groups):
         super().__init__()
@@ -91,7 +84,9 @@ def _l2_11(n, hw, device, dtype):
     block = ConvTransposeBnTanhPoolGroupNorm(64, 128, 5, 8, padding=1).to(device, dtype)
     x = torch.rand(n, 64, hw, hw, device=device, dtype=dtype)
     out_numel = n * 128 * ((hw + 2) // 2) ** 2
-    return Case(block, x, lambda x: bn_chain_call(block, x), _conv_flops(x, block.conv),
+    fused = myops.nn.ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm.from_modules(block.conv, block.bn, block.act,
+                                                                              block.pool, block.norm)
+    return Case(block, x, fused, _conv_flops(x, block.conv),
                 (x.numel() + out_numel) * x.element_size())
 
 
