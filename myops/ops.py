@@ -23,6 +23,7 @@ _INT_TYPES = (int, torch.SymInt)
 
 
 def _pair(v: IntOrPair) -> list:
+    # (the exact-type test first: a plain int, the common case, skips isinstance over the tuple)
     return [v, v] if type(v) is int or isinstance(v, _INT_TYPES) else list(v)
 
 
