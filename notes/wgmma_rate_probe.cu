@@ -3,8 +3,9 @@
 // out, commit + wait<0> per chunk), with no loads, barriers or epilogue; then (probe_turns) two
 // consumer warpgroups taking tiles of 4 chunks in turn: InLoopTile with the kernel's turn handoff
 // before session 44 (after the tile's last chunk), HoistedTile with session 44's (one chunk
-// early) and the one-strip choice made once per tile. H100 results in
-// NOTES_GPU.md (sessions 43, 44); the later variants move 5-10% with their place in the run (run
+// early) and the one-strip choice made once per tile; (probe_copies) HoistedTile's pattern fed by
+// a producer's per-chunk bulk copies of the kernel's size. H100 results in
+// NOTES_GPU.md (sessions 43, 44, 58); the later variants move 5-10% with their place in the run (run
 // them in separate processes, alternating, before trusting a difference under 10%).
 // Build: nvcc -std=c++17 -O3 -Icsrc -gencode=arch=compute_90a,code=sm_90a.
 #include <cuda_bf16.h>
@@ -235,8 +236,101 @@ void run(const char* name, int chunk_wait, float* sink) {
          2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
 }
 
+
+// probe_turns plus a producer thread that bulk-copies each chunk's bytes as the NHWC ping-pong
+// kernel's producer does (51 200 B of weights + 24 320 B of halo per chunk, from an L2-resident
+// buffer) into two scratch slots, each chunk's copy issued once the chunk two before was consumed;
+// the consumers wait for their chunk's copy (full) and release it after its MMAs (consumed). The
+// MMAs still read the fixed operands: this measures the copies' cost to the MMA rate (shared
+// memory write bandwidth, the barriers), not the data. H100 (session 58): 39.3 ns per MMA per SM
+// against 38.0-38.4 for `hoisted` without copies: the copies cost ~1 ns.
+constexpr int kWBytes = kTaps * 2048, kHaloBytes = 2 * kHrows * kHcols * 16, kSlotBytes = kWBytes + kHaloBytes;
+template <int N>
+__global__ void __launch_bounds__(384, 1) probe_copies(int tiles, const uint8_t* src, int src_chunks, float* sink) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ __align__(8) uint64_t bars[6];  // turn[2], full[2], consumed[2]
+  const int plane = kHrows * kHcols * 16;
+  uint8_t* halo = smem;
+  uint8_t* w = smem + 2 * plane;
+  uint8_t* scratch = smem + kSmem;  // 2 slots
+  auto turn = [&](int c) { return saddr(&bars[c]); };
+  auto full = [&](int s) { return saddr(&bars[2 + s]); };
+  auto consumed = [&](int s) { return saddr(&bars[4 + s]); };
+  fill_operands(smem, plane);
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < 2; ++c) mbar_init(turn(c), 128);
+    for (int s = 0; s < 2; ++s) mbar_init(full(s), 1), mbar_init(consumed(s), 128);
+    mbar_init_fence();
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  const int total = tiles * kChunks;
+  if (wg == 2) {
+    if (threadIdx.x != 256) return;
+    for (int j = 0; j < total; ++j) {
+      const int s = j % 2;
+      if (j >= 2) mbar_wait(consumed(s), ((j - 2) / 2) & 1);
+      const uint8_t* from = src + size_t((j * 7 + blockIdx.x) % src_chunks) * kSlotBytes;
+      const uint32_t to = saddr(scratch + s * kSlotBytes);
+      mbar_arrive_expect_tx(full(s), kSlotBytes);
+      bulk_copy_to_shared(to, from, kWBytes, full(s));
+      bulk_copy_to_shared(to + kWBytes, from + kWBytes, kHaloBytes, full(s));
+    }
+    return;
+  }
+  const int me = __shfl_sync(0xffffffffu, wg, 0);
+  float acc[2][N / 2];
+  int turns = 0;
+  float s = 0.f;
+  for (int k = me; k < tiles; k += 2) {
+    if (k > 0) mbar_wait(turn(me), turns++ & 1);
+    zero_accumulators<N>(acc);
+#pragma unroll 1
+    for (int c = 0; c < kChunks; ++c) {
+      const int j = k * kChunks + c, slot = j % 2;
+      mbar_wait(full(slot), (j / 2) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int t = 0; t < kTaps; ++t) {
+        const int dy = 4 - t / 5, dx = 4 - t % 5;
+        const uint64_t a = wgmma_desc(saddr(w) + t * 2048, 1024, 128);
+        const uint64_t b = wgmma_desc(saddr(halo) + (dy * kHcols + dx) * 16, plane, kHcols * 16);
+        wgmma_m64<N, __nv_bfloat16>(acc[0], a, b);
+        wgmma_m64<N, __nv_bfloat16>(acc[1], a, b + 8);
+      }
+      wgmma_commit();
+      if (c == kChunks - 2) mbar_arrive(turn(1 - me));
+      wgmma_wait<0>();
+      mbar_arrive(consumed(slot));
+    }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) wgmma_fence_operands(acc[q]);
+    s += acc[0][0] + acc[1][N / 2 - 1];
+  }
+  if (s == 12345.f) sink[threadIdx.x] = s;
+}
+
+template <int N>
+void run_copies(const char* name, float* sink) {
+  const int bytes = kSmem + 2 * kSlotBytes;
+  cudaFuncSetAttribute(probe_copies<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const int src_chunks = 64;  // 4.8 MB: stays in L2, as the kernel's weights do
+  uint8_t* src;
+  cudaMalloc(&src, size_t(src_chunks) * kSlotBytes);
+  cudaMemset(src, 0, size_t(src_chunks) * kSlotBytes);
+  const int sms = sm_count(), tiles = 400;
+  const float best = best_of_three([&](bool warm_up) {
+    probe_copies<N><<<sms, 384, bytes>>>(warm_up ? 20 : tiles, src, src_chunks, sink);
+  });
+  const double mmas = 2.0 * tiles * kChunks * kTaps;
+  printf("%-44s: %.3f ms, %.0f TFLOP/s, %.1f ns per MMA per SM (err %s)\n", name, best,
+         2.0 * sms * mmas * 64 * N * 16 / best / 1e9, best * 1e6 / mmas, cudaGetErrorString(cudaGetLastError()));
+  cudaFree(src);
+}
+
 // No argument: every variant in one process (their order moves the later ones 5-10%); one of
-// turns / hoisted / hoisted_runtime_taps: that variant alone, with and without one-strip tiles.
+// turns / hoisted / hoisted_runtime_taps / copies: that variant alone, with and without one-strip tiles.
 int main(int argc, char** argv) {
   float* sink;
   cudaMalloc(&sink, 4096);
@@ -246,6 +340,7 @@ int main(int argc, char** argv) {
       if (v == "turns") run_turns<136, InLoopTile>("2 consumers in turn, tiles of 4 chunks", partial, sink);
       if (v == "hoisted")
         run_turns<136, HoistedTile<false, false>>("turn 1 chunk early, strips chosen per tile", partial, sink);
+      if (v == "copies" && partial == 0) run_copies<136>("copies, consumers wait for them", sink);
       if (v == "hoisted_runtime_taps")
         run_turns<136, HoistedTile<false, true>>("... 5 x 5 taps from runtime counts", partial, sink);
     }
