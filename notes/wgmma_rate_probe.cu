@@ -5,12 +5,14 @@
 // before session 44 (after the tile's last chunk), HoistedTile with session 44's (one chunk
 // early) and the one-strip choice made once per tile; (probe_copies) HoistedTile's pattern fed by
 // a producer's per-chunk bulk copies of the kernel's size. H100 results in
-// NOTES_GPU.md (sessions 43, 44, 58); the later variants move 5-10% with their place in the run (run
+// NOTES_GPU.md (sessions 43, 44, 58, 59); the later variants move 5-10% with their place in the run (run
 // them in separate processes, alternating, before trusting a difference under 10%).
 // Build: nvcc -std=c++17 -O3 -Icsrc -gencode=arch=compute_90a,code=sm_90a.
 #include <cuda_bf16.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include "cuda/hopper_pipeline.cuh"
 #include "cuda/wgmma_ops.cuh"
@@ -210,11 +212,18 @@ int sm_count() {
   return sms;
 }
 
+// Tiles per block of the turn / copies variants: 400 (~3 ms a launch), or main's second
+// argument. A launch that long reads the clocks of a GPU just woken; a sustained one (40000:
+// ~0.3 s) the clocks under the H100's power cap. H100 (session 59), `hoisted`: 38.0-38.3 ns per
+// MMA per SM at 400 tiles, 40.3 at 40000 (the board then at ~670 W, 1.70-1.73 GHz, power-capped:
+// ~69 clocks per m64n136k16, the tensor cores' peak).
+int g_tiles = 400;
+
 // probe_turns with Tile's tiles; cnt: the runtime tap count of HoistedTile<*, true>.
 template <int N, typename Tile>
 void run_turns(const char* name, int partial_every, float* sink, int cnt = 5) {
   cudaFuncSetAttribute(probe_turns<N, Tile>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  const int sms = sm_count(), tiles = 400;
+  const int sms = sm_count(), tiles = g_tiles;
   const float best = best_of_three([&](bool warm_up) {
     probe_turns<N, Tile><<<sms, 256, kSmem>>>(warm_up ? 20 : tiles, partial_every, sink, cnt);
   });
@@ -319,7 +328,7 @@ void run_copies(const char* name, float* sink) {
   uint8_t* src;
   cudaMalloc(&src, size_t(src_chunks) * kSlotBytes);
   cudaMemset(src, 0, size_t(src_chunks) * kSlotBytes);
-  const int sms = sm_count(), tiles = 400;
+  const int sms = sm_count(), tiles = g_tiles;
   const float best = best_of_three([&](bool warm_up) {
     probe_copies<N><<<sms, 384, bytes>>>(warm_up ? 20 : tiles, src, src_chunks, sink);
   });
@@ -330,10 +339,12 @@ void run_copies(const char* name, float* sink) {
 }
 
 // No argument: every variant in one process (their order moves the later ones 5-10%); one of
-// turns / hoisted / hoisted_runtime_taps / copies: that variant alone, with and without one-strip tiles.
+// turns / hoisted / hoisted_runtime_taps / copies: that variant alone, with and without one-strip
+// tiles; a second argument: the tiles per block (g_tiles).
 int main(int argc, char** argv) {
   float* sink;
   cudaMalloc(&sink, 4096);
+  if (argc > 2) g_tiles = std::max(1, std::atoi(argv[2]));
   if (argc > 1) {
     const std::string v = argv[1];
     for (int partial : {0, 3}) {
