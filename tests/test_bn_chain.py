@@ -166,6 +166,26 @@ def test_training_steps_match_modules_gradients_and_buffers(device, momentum):
     assert_matches(api_call(mine, x), ref(x), 1e-9)
 
 
+# The batch statistics reduce each channel's (image, tile) partials; on CUDA a cluster of blocks
+# may share a channel (one per 2048 entries, up to 8; MYOPS_STATS_BLOCKS forces a count).
+# Compared with float64 statistics of the op's own output, over batch sizes and forced clusters.
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [3, 300, 1100, 2100])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_batch_statistics_match_float64_of_the_output(device, n, dtype, monkeypatch):
+    torch.manual_seed(0)
+    x = torch.randn(n, 4, 6, 6, device=device, dtype=dtype)
+    w = torch.randn(4, 5, 3, 3, device=device, dtype=dtype) * 0.5
+    b = torch.randn(5, device=device, dtype=dtype) + 3  # a mean well off zero
+    for blocks in ["", "3", "8"] if device == "cuda" else [""]:
+        monkeypatch.setenv("MYOPS_STATS_BLOCKS", blocks)
+        out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(x, w, b, [1, 1], [0, 0], [0, 0], 1, [1, 1])
+        ref_var, ref_mean = torch.var_mean(out.double(), dim=(0, 2, 3), unbiased=False)
+        rtol = 1e-12 if dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(mean.double(), ref_mean, rtol=rtol, atol=0, msg=f"blocks {blocks!r}")
+        torch.testing.assert_close(var.double(), ref_var, rtol=rtol, atol=0, msg=f"blocks {blocks!r}")
+
+
 def test_gradcheck_both_ops():
     torch.manual_seed(0)
     d = torch.float64

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "cuda/batch_norm_chain.cuh"
+#include "cuda/cluster.cuh"
 #include "cuda/cp_async.cuh"
 #include "cuda/dtype_traits.cuh"
 #include "cuda/grid_dependency.cuh"
@@ -17,32 +18,45 @@ namespace cuda {
 namespace {
 
 constexpr int kThreads = 256;
+static_assert((kThreads & (kThreads - 1)) == 0, "pool_staged_planes cuts rows by powers of two");
 
-// One block per channel: the channel's (n, tile) entries (count, mean, M2) in a fixed order,
-// summed about a shift K, the channel's first entry's mean: s1 = sum n_i (mean_i - K) and s2 =
-// sum M2_i + n_i (mean_i - K)^2 in float64, then mean = K + s1 / n and M2 = s2 - s1^2 / n (their
-// float64 rounding scaled by (mean - K)^2 / var, which the shift keeps near 1). No entry costs a
+constexpr int kStatsBatch = 8;  // entries a channel_stats_kernel thread loads before it sums them
+
+// One cluster of blocks per channel (channel_stats_blocks; one block where there are no
+// clusters): the channel's (n, tile) entries (count, mean, M2) in a fixed order, summed about a
+// shift K, the channel's first entry's mean: s1 = sum n_i (mean_i - K) and s2 = sum M2_i + n_i
+// (mean_i - K)^2 in float64, then mean = K + s1 / n and M2 = s2 - s1^2 / n (their float64
+// rounding scaled by (mean - K)^2 / var, which the shift keeps near 1). No entry costs a
 // division: Chan's pairwise combination divided per entry, and with the 64-bit (image, tile)
 // division per entry that was ~75% of the kernel's instructions and its dependent chain (ncu,
-// H100, L2_11: 3072 entries per channel, 8.8 us). A thread's entries are loaded kBatch at a time
-// before they are summed. The BatchNorm chain's tail may launch as soon as it starts (its blocks
-// copy their first input, then wait for these statistics: wait_for_prior_grid).
+// H100, L2_11: 3072 entries per channel, 8.8 us). Block r of the cluster sums entries [r, r + 1)
+// x total / blocks, a thread's kStatsBatch at a time loaded before they are summed; block 0 adds
+// the blocks' sums in rank order from their shared memory. The BatchNorm chain's tail may launch
+// as soon as it starts (its blocks copy their first input, then wait for these statistics:
+// wait_for_prior_grid).
 template <typename S>
-__global__ void channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int64_t C, int64_t T,
-                                     S* __restrict__ mean, S* __restrict__ var) {
+__global__ void __launch_bounds__(kThreads) channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int64_t C,
+                                                                 int64_t T, S* __restrict__ mean, S* __restrict__ var) {
   allow_dependent_launch();
-  constexpr int kBatch = 8;
-  const int64_t c = blockIdx.x, total = N * T;
+  // a / b in 32 bits where both fit (a 64-bit division is a ~100-instruction call, and the
+  // kernel's few are on its critical path)
+  auto quotient = [](int64_t a, int64_t b) {
+    return ((a | b) >> 31) == 0 ? int64_t(uint32_t(a) / uint32_t(b)) : a / b;
+  };
+  const unsigned blocks = cluster_blocks(), rank = cluster_rank();
+  const int64_t c = blockIdx.x / blocks, total = N * T;
+  const int64_t end = quotient(total * (rank + 1), blocks);
   const double shift = static_cast<double>(tiles[c * T * 3 + 1]);  // entry (0, 0)'s mean
-  // this thread's entries i = threadIdx.x + j kThreads, walked as (image, tile) = (i / T, i % T)
-  int64_t n = threadIdx.x / T, t = threadIdx.x % T;
+  // this thread's entries i = first + j kThreads, walked as (image, tile) = (i / T, i % T)
+  const int64_t first = quotient(total * rank, blocks) + threadIdx.x;
+  int64_t n = quotient(first, T), t = first - n * T;
   const int64_t step_n = kThreads / T, step_t = kThreads % T;
   double sums[3] = {0, 0, 0};  // count, s1, s2
-  for (int64_t i0 = threadIdx.x; i0 < total; i0 += int64_t(kBatch) * kThreads) {
-    S e[kBatch][3];
+  for (int64_t i0 = first; i0 < end; i0 += int64_t(kStatsBatch) * kThreads) {
+    S e[kStatsBatch][3];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const bool inside = i0 + int64_t(b) * kThreads < total;
+    for (int b = 0; b < kStatsBatch; ++b) {
+      const bool inside = i0 + int64_t(b) * kThreads < end;
       const S* src = tiles + ((inside ? n : 0) * C + c) * T * 3 + (inside ? t : 0) * 3;
 #pragma unroll
       for (int k = 0; k < 3; ++k) e[b][k] = src[k];
@@ -50,8 +64,8 @@ __global__ void channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int
       if (t >= T) t -= T, ++n;
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (i0 + int64_t(b) * kThreads < total) {
+    for (int b = 0; b < kStatsBatch; ++b)
+      if (i0 + int64_t(b) * kThreads < end) {
         const double count = e[b][0], d = static_cast<double>(e[b][1]) - shift;
         sums[0] += count;
         sums[1] += count * d;
@@ -59,12 +73,31 @@ __global__ void channel_stats_kernel(const S* __restrict__ tiles, int64_t N, int
       }
   }
   block_sum<kThreads>(sums);
-  if (threadIdx.x == 0) {
+  __shared__ double block_sums[3];
+  if (threadIdx.x == 0)
+    for (int k = 0; k < 3; ++k) block_sums[k] = sums[k];
+  cluster_sync();
+  if (rank == 0 && threadIdx.x == 0) {
+    for (unsigned r = 1; r < blocks; ++r)
+      for (int k = 0; k < 3; ++k) sums[k] += cluster_load(&block_sums[k], r);
     const double count = sums[0], m2 = sums[2] - sums[1] * sums[1] / count;
     mean[c] = static_cast<S>(count > 0 ? shift + sums[1] / count : 0.0);
     // (rounding can take a constant channel's M2 below zero; NaN stays NaN)
     var[c] = static_cast<S>(count > 0 ? (m2 < 0 ? 0.0 : m2) / count : __longlong_as_double(0x7ff8000000000000LL));
   }
+  cluster_sync();  // (a block's shared memory must outlive block 0's reads)
+}
+
+// Blocks per channel for channel_stats_kernel: a cluster of up to 8 (the portable most), as few
+// as give each thread one batch of loads (H100, L2_11: 3072 entries per channel, us of the
+// statistics / the tail started under them, 1, 2, 4, 8 blocks: 6.7 / 46.3, 6.9 / 42.0, 11.7 /
+// 45.1, 17.4 / 45.3; a cluster's launch and barriers cost more than its shorter loop gains).
+// MYOPS_STATS_BLOCKS sets it for A/B runs and tests.
+int64_t channel_stats_blocks(int64_t entries) {
+  if (!cluster_launch_supported()) return 1;
+  if (const auto forced = env_int("MYOPS_STATS_BLOCKS")) return std::max(1, std::min(8, *forced));
+  constexpr int64_t kPerBlock = int64_t(kStatsBatch) * kThreads;
+  return std::max<int64_t>(1, std::min<int64_t>(8, (entries + kPerBlock - 1) / kPerBlock));
 }
 
 // The pooling window arithmetic in 32-bit (the host checks the ranges). inv_PH, inv_PW: for
@@ -268,28 +301,33 @@ __device__ __forceinline__ void fold_group(const TailShared<T>& sh, int64_t g, i
 // BN + tanh + max-pool of planes pl0 .. pl0 + nb - 1 of a group of C_g, staged from `staged` on,
 // into sh.pooled, this thread's outputs added to part in order. The group's pooled rows u = plane
 // * PH + ph below the last whole multiple of kThreads go a row per thread (u = t mod kThreads);
-// the values of the rows after it, a value per thread (value e of those rows, e = t mod
-// kThreads), so that no warp pools a second row while the others wait (H100, L2_11: 272 rows,
-// warp 0 pooled two). Whatever the batching, each thread's values are the same, in the same
-// order: the statistics are the same bits.
+// each of the `rest` rows after it is cut into 2^k pieces of consecutive values (2^k rest <=
+// kThreads, pieces of about 4 values or more), piece j of row r going to thread r 2^k + j, so that
+// no warp pools a second row while the others wait (H100, L2_11: 272 rows, warp 0 pooled two) and
+// no value pays a row's setup alone (a value per thread there was ~9% of the tail's instructions
+// for 6% of its values: ncu, L2_11 bfloat16). Whatever the batching, each thread's values are the
+// same, in the same order: the statistics are the same bits.
 template <int kWindow, typename T>
 __device__ __forceinline__ void pool_staged_planes(const TailShared<T>& sh, const T* staged, const PoolInts& q,
                                                    int pl0, int nb, int C_g, float inv_split_rows,
                                                    typename DTypeTraits<T>::acc_t& part) {
   const int HW = q.H * q.W, u_begin = pl0 * q.PH, u_end = u_begin + nb * q.PH;
-  const int row_wise = C_g * q.PH / kThreads * kThreads;  // rows [0, row_wise): a row per thread
-  auto first_mine = [](int begin) { return begin + ((int(threadIdx.x) - begin) % kThreads + kThreads) % kThreads; };
-  auto pool_row = [&](int u, int e0, int e1, int step) {  // values e0, e0 + step, .. < e1 of row u
+  const int rows = C_g * q.PH, row_wise = rows / kThreads * kThreads;  // rows [0, row_wise): a row per thread
+  auto pool_row = [&](int u, int e0, int e1) {  // values e0 .. e1 - 1 of row u
     const int channel = quotient_small(u, q.inv_PH), ph = u - channel * q.PH;
-    bn_tanh_pool_row<kWindow>(staged + (channel - pl0) * HW, q, ph, e0, e1, step, inv_split_rows,
-                              sh.bn_a[channel], sh.bn_s[channel], sh.pooled + u * q.PW, part);
+    bn_tanh_pool_row<kWindow>(staged + (channel - pl0) * HW, q, ph, e0, e1, 1, inv_split_rows, sh.bn_a[channel],
+                              sh.bn_s[channel], sh.pooled + u * q.PW, part);
   };
-  for (int u = first_mine(u_begin); u < min(u_end, row_wise); u += kThreads) pool_row(u, 0, q.PW, 1);
-  const int e_end = (u_end - row_wise) * q.PW;  // values of the rows after row_wise, as one run
-  for (int e = first_mine(max(u_begin - row_wise, 0) * q.PW); e < e_end; e += kThreads) {
-    const int r = quotient_small(e, q.inv_PW), pw = e - r * q.PW;
-    pool_row(row_wise + r, pw, pw + 1, 1);
-  }
+  const int first = u_begin + ((int(threadIdx.x) - u_begin) % kThreads + kThreads) % kThreads;
+  for (int u = first; u < min(u_end, row_wise); u += kThreads) pool_row(u, 0, q.PW);
+  const int rest = rows - row_wise;
+  if (rest == 0) return;
+  // 2^log_pieces pieces per row: the most with 2^log_pieces rest <= kThreads (kThreads a power of
+  // two) and 2^log_pieces <= ceil(PW / 4)
+  constexpr int kLogThreads = __builtin_ctz(kThreads);
+  const int log_pieces = max(0, min(kLogThreads - (32 - __clz(rest - 1)), 31 - __clz((q.PW + 3) >> 2)));
+  const int r = int(threadIdx.x) >> log_pieces, j = int(threadIdx.x) - (r << log_pieces), u = row_wise + r;
+  if (r < rest && u >= u_begin && u < u_end) pool_row(u, (j * q.PW) >> log_pieces, ((j + 1) * q.PW) >> log_pieces);
 }
 
 // GroupNorm of group g's pooled values (sh.pooled, C_g x PHW; part: this thread's share of their
@@ -328,11 +366,14 @@ __device__ __forceinline__ void group_norm_pooled(const TailShared<T>& sh, int C
   sum[0] = part;
   block_sum<kThreads>(sum);
   if (threadIdx.x < C_g) {  // (only the threads that write a channel's scale need the rsqrt)
+    // y = x * scale + shift: the mean folded into the shift in float64 (one FMA per value, as
+    // PyTorch's GroupNorm kernels apply it)
     const double rstd = rsqrt(sum[0] * inv_numel + gn_eps);
     for (int c = threadIdx.x; c < C_g; c += kThreads) {
       const int64_t ch = g * C_g + c;
-      sh.gn_scale[c] = static_cast<acc_t>(rstd * (gamma ? static_cast<double>(Tr::to_acc(gamma[ch])) : 1.0));
-      sh.gn_shift[c] = beta ? Tr::to_acc(beta[ch]) : acc_t(0);
+      const double scale = rstd * (gamma ? static_cast<double>(Tr::to_acc(gamma[ch])) : 1.0);
+      sh.gn_scale[c] = static_cast<acc_t>(scale);
+      sh.gn_shift[c] = static_cast<acc_t>((beta ? static_cast<double>(Tr::to_acc(beta[ch])) : 0.0) - mu * scale);
     }
   }
   __syncthreads();
@@ -340,7 +381,7 @@ __device__ __forceinline__ void group_norm_pooled(const TailShared<T>& sh, int C
   // 2^21, as quotient_small needs: the pooled group fits in 64 KB of shared memory.)
   const acc_t* gn_scale = sh.gn_scale;
   const acc_t* gn_shift = sh.gn_shift;
-  auto affine_acc = [&](T v, acc_t scale, acc_t shift) { return (Tr::to_acc(v) - mu_acc) * scale + shift; };
+  auto affine_acc = [&](T v, acc_t scale, acc_t shift) { return Tr::to_acc(v) * scale + shift; };
   auto normalised = [&](int e, int c) { return Tr::from_acc(affine_acc(pooled[e], gn_scale[c], gn_shift[c])); };
   const int head = static_cast<int>(vector_head(out, numel)), out_vecs = (numel - head) / kVec;
   for (int e = threadIdx.x; e < head; e += kThreads) out[e] = normalised(e, quotient_small(e, inv_phw));
@@ -358,6 +399,9 @@ __device__ __forceinline__ void group_norm_pooled(const TailShared<T>& sh, int C
     }
     acc_t scale = gn_scale[c], shift = gn_shift[c];
     Vec<T, kVec> v;
+    Vec<T, kVec>* dst = reinterpret_cast<Vec<T, kVec>*>(out + e0);
+    // (each branch stores its own vector: joined, the two had the packed words taken apart and
+    // packed again, a PRMT per value)
     if (PHW >= kVec) {
       // the vector meets channels c and at most c + 1, which its elements from next - e0 on
       // take: selects, instead of the walk below (a test and two predicated loads per element,
@@ -365,13 +409,11 @@ __device__ __forceinline__ void group_norm_pooled(const TailShared<T>& sh, int C
       const int c1 = min(c + 1, C_g - 1), in_c = next - e0;
       const acc_t scale1 = gn_scale[c1], shift1 = gn_shift[c1];
 #pragma unroll
-      for (int k = 0; k < kVec; k += 2) {  // (pairs: one packed conversion for two values)
-        const auto pair = Tr::from_acc2(affine_acc(in.v[k], k < in_c ? scale : scale1, k < in_c ? shift : shift1),
-                                        affine_acc(in.v[k + 1], k + 1 < in_c ? scale : scale1,
-                                                   k + 1 < in_c ? shift : shift1));
-        v.v[k] = pair.v[0];
-        v.v[k + 1] = pair.v[1];
-      }
+      for (int k = 0; k < kVec; k += 2)  // (pairs: one packed conversion for two values, stored as one word)
+        reinterpret_cast<Vec<T, 2>*>(v.v)[k / 2] =
+            Tr::from_acc2(affine_acc(in.v[k], k < in_c ? scale : scale1, k < in_c ? shift : shift1),
+                          affine_acc(in.v[k + 1], k + 1 < in_c ? scale : scale1, k + 1 < in_c ? shift : shift1));
+      *dst = v;
     } else {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
@@ -381,8 +423,8 @@ __device__ __forceinline__ void group_norm_pooled(const TailShared<T>& sh, int C
         }
         v.v[k] = Tr::from_acc(affine_acc(in.v[k], scale, shift));
       }
+      *dst = v;
     }
-    *reinterpret_cast<Vec<T, kVec>*>(out + e0) = v;
   }
   for (int e = head + out_vecs * kVec + threadIdx.x; e < numel; e += kThreads)
     out[e] = normalised(e, quotient_small(e, inv_phw));
@@ -609,12 +651,22 @@ Pool2dParams tail_input(const Pool2dParams& q, int64_t split_rows) {
 cudaError_t channel_stats_from_tiles(const void* tile_stats, DType dtype, int64_t N, int64_t C,
                                      int64_t tiles, void* mean, void* var, cudaStream_t stream) {
   if (C == 0) return cudaSuccess;
-  if (C > 0x7fffffff) return cudaErrorInvalidConfiguration;
   return dispatch_dtype(dtype, [&](auto tag) {
     using S = typename DTypeTraits<decltype(tag)>::acc_t;  // float64 for float64, else float
-    channel_stats_kernel<S><<<static_cast<unsigned>(C), kThreads, 0, stream>>>(
-        static_cast<const S*>(tile_stats), N, C, tiles, static_cast<S*>(mean), static_cast<S*>(var));
-    return cudaGetLastError();
+    const int64_t blocks = channel_stats_blocks(N * tiles);
+    if (C * blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(C * blocks));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(blocks);
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = blocks > 1 ? 1 : 0;
+    return cudaLaunchKernelEx(&config, channel_stats_kernel<S>, static_cast<const S*>(tile_stats), N, C, tiles,
+                              static_cast<S*>(mean), static_cast<S*>(var));
   });
 }
 

@@ -77,18 +77,23 @@ __device__ inline __half float_to_half<__half>(float v) { return __float2half_rn
 template <>
 __device__ inline __nv_bfloat16 float_to_half<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 // Two values rounded by one packed conversion (cvt.rn.bf16x2.f32 / .f16x2: half the
-// instructions of two; the wgmma epilogues convert every accumulator).
+// instructions of two; the wgmma epilogues convert every accumulator), kept as the packed word
+// (taking its halves apart made the BatchNorm chain's tail pack them again: a PRMT per value).
 template <typename Half>
 __device__ inline Vec<Half, 2> float2_to_half2(float a, float b);
 template <>
 __device__ inline Vec<__half, 2> float2_to_half2<__half>(float a, float b) {
   const __half2 h = __floats2half2_rn(a, b);
-  return {{__low2half(h), __high2half(h)}};
+  Vec<__half, 2> r;
+  memcpy(&r, &h, sizeof(r));
+  return r;
 }
 template <>
 __device__ inline Vec<__nv_bfloat16, 2> float2_to_half2<__nv_bfloat16>(float a, float b) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return {{__low2bfloat16(h), __high2bfloat16(h)}};
+  Vec<__nv_bfloat16, 2> r;
+  memcpy(&r, &h, sizeof(r));
+  return r;
 }
 
 template <typename Half>

@@ -1,0 +1,78 @@
+#pragma once
+// Thread block clusters (sm_90): the blocks of a cluster run at once and read each other's shared
+// memory, so a few blocks can share one reduction without a second kernel or a global scratch.
+// Compiled for an earlier architecture, every block is a cluster of one (the host launches no
+// larger ones there: cluster_launch_supported).
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+namespace myops {
+namespace cuda {
+
+#ifdef __CUDACC__
+// This block's rank in its cluster, and the cluster's size in blocks.
+__device__ __forceinline__ unsigned cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ unsigned cluster_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+#else
+  return 1;
+#endif
+}
+
+// Every thread of the cluster's blocks arrives and waits; the shared-memory writes before it are
+// visible to the cluster's readers after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+
+// v at the address of `local` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ double cluster_load(const double* local, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  double v;
+  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  (void)rank;
+  return *local;
+#endif
+}
+#endif
+
+// Whether the current device launches clusters (compute capability 9.0 or later), looked up once
+// per device (a driver query on every launch is host time the kernels wait for).
+inline bool cluster_launch_supported() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices];  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return false;
+  if (device < kDevices && known[device].load(std::memory_order_relaxed) != 0) return known[device] == 2;
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    supported = 0;
+  }
+  if (device < kDevices) known[device].store(supported ? 2 : 1, std::memory_order_relaxed);
+  return supported != 0;
+}
+
+}  // namespace cuda
+}  // namespace myops
