@@ -223,11 +223,11 @@ __device__ __forceinline__ const T* stored_window_row(const T* plane, const Pool
   else return plane;
 }
 
-// Pooled values e0, e0 + step, ... (< e1) of one staged plane's pooled row ph: stored as T in
+// Pooled values e0 .. e1 - 1 of one staged plane's pooled row ph: stored as T in
 // `out` (indexed as the row) and added to `sum` in that order. The row's window geometry (kWindow
 // 3: its stored rows) is found once for its values.
 template <int kWindow, typename T>
-__device__ inline void bn_tanh_pool_row(const T* plane, const PoolInts& q, int ph, int e0, int e1, int step,
+__device__ inline void bn_tanh_pool_row(const T* plane, const PoolInts& q, int ph, int e0, int e1,
                                         float inv_split_rows, typename DTypeTraits<T>::acc_t a,
                                         typename DTypeTraits<T>::acc_t s, T* out,
                                         typename DTypeTraits<T>::acc_t& sum) {
@@ -235,7 +235,7 @@ __device__ inline void bn_tanh_pool_row(const T* plane, const PoolInts& q, int p
   const T* first = stored_window_row<kWindow>(plane, q, ph, 0, inv_split_rows);
   const T* second = stored_window_row<kWindow>(plane, q, ph, 1, inv_split_rows);
 #pragma unroll 4
-  for (int pw = e0; pw < e1; pw += step) {
+  for (int pw = e0; pw < e1; ++pw) {
     const T stored = Tr::from_acc(bn_tanh_pooled_value<kWindow>(plane, first, second, q, ph, pw, a, s));
     out[pw] = stored;
     sum += Tr::to_acc(stored);
@@ -315,7 +315,7 @@ __device__ __forceinline__ void pool_staged_planes(const TailShared<T>& sh, cons
   const int rows = C_g * q.PH, row_wise = rows / kThreads * kThreads;  // rows [0, row_wise): a row per thread
   auto pool_row = [&](int u, int e0, int e1) {  // values e0 .. e1 - 1 of row u
     const int channel = quotient_small(u, q.inv_PH), ph = u - channel * q.PH;
-    bn_tanh_pool_row<kWindow>(staged + (channel - pl0) * HW, q, ph, e0, e1, 1, inv_split_rows, sh.bn_a[channel],
+    bn_tanh_pool_row<kWindow>(staged + (channel - pl0) * HW, q, ph, e0, e1, inv_split_rows, sh.bn_a[channel],
                               sh.bn_s[channel], sh.pooled + u * q.PW, part);
   };
   const int first = u_begin + ((int(threadIdx.x) - u_begin) % kThreads + kThreads) % kThreads;
