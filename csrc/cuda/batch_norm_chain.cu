@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads) channel_stats_kernel(const S* __rest
   auto quotient = [](int64_t a, int64_t b) {
     return ((a | b) >> 31) == 0 ? int64_t(uint32_t(a) / uint32_t(b)) : a / b;
   };
-  const unsigned blocks = cluster_blocks(), rank = cluster_rank();
+  const auto [rank, blocks] = cluster_position();
   const int64_t c = blockIdx.x / blocks, total = N * T;
   const int64_t end = quotient(total * (rank + 1), blocks);
   const double shift = static_cast<double>(tiles[c * T * 3 + 1]);  // entry (0, 0)'s mean

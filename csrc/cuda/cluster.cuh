@@ -12,22 +12,16 @@ namespace cuda {
 
 #ifdef __CUDACC__
 // This block's rank in its cluster, and the cluster's size in blocks.
-__device__ __forceinline__ unsigned cluster_rank() {
+struct ClusterPosition {
+  unsigned rank, blocks;
+};
+__device__ __forceinline__ ClusterPosition cluster_position() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
+  ClusterPosition p;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n\tmov.u32 %1, %%cluster_ctarank;" : "=r"(p.blocks), "=r"(p.rank));
+  return p;
 #else
-  return 0;
-#endif
-}
-__device__ __forceinline__ unsigned cluster_blocks() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  return n;
-#else
-  return 1;
+  return {0, 1};
 #endif
 }
 
