@@ -26,21 +26,26 @@ _MISSING = object()
 _is_compiling = torch.compiler.is_compiling
 
 
-def _member(module: nn.Module, name: str):
+def _own_member(module: nn.Module, name: str):
     """``module.<name>`` for a parameter, buffer or child module, read from the module's own dicts:
     a plain read of one goes through a failed attribute lookup and nn.Module.__getattr__ (~1 us
     each on the CPU machine, against ~0.1 us here; a dozen per fused call, all before its first
-    kernel). Anything else (a parametrization's property, a plain attribute) and every read under
-    torch.compile, which traces module attributes itself, take the plain path."""
-    if not _is_compiling():
-        state = module.__dict__
-        for store in _STORES:
-            value = state.get(store, _MISSING)
+    kernel). Anything else (a parametrization's property, a plain attribute) takes the plain path."""
+    state = module.__dict__
+    for store in _STORES:
+        value = state.get(store, _MISSING)
+        if value is not _MISSING:
+            value = value.get(name, _MISSING)
             if value is not _MISSING:
-                value = value.get(name, _MISSING)
-                if value is not _MISSING:
-                    return value
+                return value
     return getattr(module, name)
+
+
+def _member_reader():
+    """How one fused call reads its modules' members: ``_own_member``, or ``getattr`` under
+    torch.compile, which traces module attributes itself. Asked once per call, not per read (a
+    dozen reads per call; the question is two Python calls each)."""
+    return getattr if _is_compiling() else _own_member
 
 
 def _output_padding(conv: nn.ConvTranspose2d, input: Tensor, output_size: Sequence[int]) -> List[int]:
@@ -49,27 +54,28 @@ def _output_padding(conv: nn.ConvTranspose2d, input: Tensor, output_size: Sequen
                                 list(conv.kernel_size), 2, list(conv.dilation))
 
 
-def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Sequence[int]]) -> tuple:
-    """(weight, bias, conv_args): conv's tensors and its (stride, padding, output_padding, groups,
-    dilation) as the ops' *_chain_call functions take them."""
+def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Sequence[int]], read=getattr) -> tuple:
+    """(weight, bias, conv_args): conv's tensors (read by `read`: _member_reader) and its (stride,
+    padding, output_padding, groups, dilation) as the ops' *_chain_call functions take them."""
     if conv.padding_mode != "zeros":  # as nn.ConvTranspose2d
         raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
     # (the module's own tuples: the ops take a sequence; no copies before the first kernel)
     output_padding = conv.output_padding if output_size is None else _output_padding(conv, input, output_size)
-    return _member(conv, "weight"), _member(conv, "bias"), (
+    return read(conv, "weight"), read(conv, "bias"), (
         conv.stride, conv.padding, output_padding, conv.groups, conv.dilation)
 
 
-def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[tuple, Optional[Tensor]]:
+def _batch_norm_arguments(bn: nn.BatchNorm2d, read=getattr) -> Tuple[tuple, Optional[Tensor]]:
     """The BatchNorm arguments of one forward step of ``bn`` (running_mean, running_var, bn_weight,
     bn_bias, training, momentum, bn_eps of :func:`myops.ops.batch_norm_chain_call`), and the
     ``num_batches_tracked`` the step still owes ``+= 1`` (or None), nn.BatchNorm2d.forward's
     bookkeeping in training with tracked statistics. With momentum None the factor is the cumulative
     average 1 / num_batches_tracked, so the count goes up here; with a momentum the fused call adds
-    it with the running buffers' update, after its kernels (one launch fewer, none before them)."""
+    it with the running buffers' update, after its kernels (one launch fewer, none before them).
+    Tensors are read by `read` (_member_reader)."""
     training, momentum = bn.training, bn.momentum
-    running_mean, running_var = _member(bn, "running_mean"), _member(bn, "running_var")
-    count = _member(bn, "num_batches_tracked")
+    running_mean, running_var = read(bn, "running_mean"), read(bn, "running_var")
+    count = read(bn, "num_batches_tracked")
     owed = count if training and bn.track_running_stats else None
     factor = 0.0 if momentum is None else momentum
     if owed is not None and momentum is None:
@@ -78,20 +84,21 @@ def _batch_norm_arguments(bn: nn.BatchNorm2d) -> Tuple[tuple, Optional[Tensor]]:
         owed = None
     if training and not bn.track_running_stats:  # buffers are updated in training only where tracked
         running_mean = running_var = None
-    return (running_mean, running_var, _member(bn, "weight"), _member(bn, "bias"),
+    return (running_mean, running_var, read(bn, "weight"), read(bn, "bias"),
             training or (running_mean is None and running_var is None), factor, bn.eps), owed
 
 
 def batch_norm_chain(conv: nn.ConvTranspose2d, bn: nn.BatchNorm2d, pool: nn.MaxPool2d, norm: nn.GroupNorm,
-                     input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
+                     input: Tensor, output_size: Optional[Sequence[int]] = None, read=getattr) -> Tensor:
     """``norm(pool(tanh(bn(conv(input)))))`` as one call of the fused op, with the layers' own
-    arguments and BatchNorm's bookkeeping (the forward of the module below)."""
-    bn_args, owed_count = _batch_norm_arguments(bn)
-    weight, bias, conv_args = _conv_args(conv, input, output_size)
+    arguments and BatchNorm's bookkeeping (the forward of the module below; `read`: how it reads
+    the layers' tensors, _member_reader)."""
+    bn_args, owed_count = _batch_norm_arguments(bn, read)
+    weight, bias, conv_args = _conv_args(conv, input, output_size, read)
     return ops.batch_norm_chain_call(
         input, weight, bias, conv_args, *bn_args,
         (ops._pair(pool.kernel_size), ops._pair(pool.stride), ops._pair(pool.padding), ops._pair(pool.dilation)),
-        pool.ceil_mode, norm.num_groups, _member(norm, "weight"), _member(norm, "bias"), norm.eps, owed_count)
+        pool.ceil_mode, norm.num_groups, read(norm, "weight"), read(norm, "bias"), norm.eps, owed_count)
 
 
 def _require(cls: type, name: str, module, kinds: tuple) -> None:
@@ -145,10 +152,11 @@ class ConvTranspose2dGELUGroupNorm(nn.Module):
         return _adopt(cls, conv=conv, act=act, norm=norm)
 
     def forward(self, input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
-        weight, bias, conv_args = _conv_args(_member(self, "conv"), input, output_size)
-        norm = _member(self, "norm")
-        return ops.gelu_group_norm_chain_call(input, weight, bias, conv_args, _member(self, "act").approximate,
-                                              norm.num_groups, _member(norm, "weight"), _member(norm, "bias"), norm.eps)
+        read = _member_reader()
+        weight, bias, conv_args = _conv_args(read(self, "conv"), input, output_size, read)
+        norm = read(self, "norm")
+        return ops.gelu_group_norm_chain_call(input, weight, bias, conv_args, read(self, "act").approximate,
+                                              norm.num_groups, read(norm, "weight"), read(norm, "bias"), norm.eps)
 
 
 class ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm(nn.Module):
@@ -193,8 +201,9 @@ class ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm(nn.Module):
         return _adopt(cls, conv=conv, bn=bn, act=act, pool=pool, norm=norm)
 
     def forward(self, input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
-        return batch_norm_chain(_member(self, "conv"), _member(self, "bn"), _member(self, "pool"),
-                                _member(self, "norm"), input, output_size)
+        read = _member_reader()
+        return batch_norm_chain(read(self, "conv"), read(self, "bn"), read(self, "pool"), read(self, "norm"), input,
+                                output_size, read)
 
 
 # The chains the swapper replaces: the layer types in order (exact types: a subclass may have its

@@ -655,18 +655,10 @@ cudaError_t channel_stats_from_tiles(const void* tile_stats, DType dtype, int64_
     using S = typename DTypeTraits<decltype(tag)>::acc_t;  // float64 for float64, else float
     const int64_t blocks = channel_stats_blocks(N * tiles);
     if (C * blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(C * blocks));
-    config.blockDim = dim3(kThreads);
-    config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = static_cast<unsigned>(blocks);
-    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = blocks > 1 ? 1 : 0;
-    return cudaLaunchKernelEx(&config, channel_stats_kernel<S>, static_cast<const S*>(tile_stats), N, C, tiles,
-                              static_cast<S*>(mean), static_cast<S*>(var));
+    cudaLaunchAttribute cluster = cluster_dimension(static_cast<unsigned>(blocks));
+    return launch_with(channel_stats_kernel<S>, dim3(static_cast<unsigned>(C * blocks)), dim3(kThreads), 0, stream,
+                       blocks > 1 ? &cluster : nullptr, static_cast<const S*>(tile_stats), N, C, tiles,
+                       static_cast<S*>(mean), static_cast<S*>(var));
   });
 }
 

@@ -181,14 +181,14 @@ at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, c
 // Whose conv runs a call (conv_source.h): ours, except for float32 with TF32 off and (cudnn_pays:
 // the op's cuDNN form is the channels-last one) every call, where the faster of ours and cuDNN's
 // for the call's shape unless cuDNN is off or determinism is asked for; run(source) runs the whole
-// op. `extra`: the op's own arguments that change its cost.
-template <typename Run>
+// op. extra(): the op's own arguments that change its cost, as a string (built only for a timed
+// choice: most calls return before the key, and the string is host time before the first kernel).
+template <typename Extra, typename Run>
 ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
-                       const std::optional<at::Tensor>& bias, const std::string& extra, bool cudnn_pays,
-                       const Run& run) {
+                       const std::optional<at::Tensor>& bias, const Extra& extra, bool cudnn_pays, const Run& run) {
   const bool strict = strict_fp32(input);
   if (!strict && !cudnn_pays) return ConvSource::Myops;
-  std::string key = std::string(op) + "|" + extra;
+  std::string key = std::string(op) + "|" + extra();
   for (const int64_t v : {p.N, p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH,
                           p.opW, p.dH, p.dW})
     key += "," + std::to_string(v);
@@ -199,6 +199,9 @@ ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at:
   const bool may_time = ctx.userEnabledCuDNN() && !ctx.deterministicCuDNN() && !ctx.deterministicAlgorithms();
   return timed_conv_source(key, at::cuda::getCurrentCUDAStream(), may_time, [&](ConvSource s) { run(s); });
 }
+
+// conv_source's extra() for ops with no arguments beyond the conv's
+const auto no_extra = [] { return std::string(); };
 
 at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
@@ -211,7 +214,7 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
     return conv_by(source, kOp, input, weight, bias, p, kernel_call(p, input, true), {})
         .contiguous(output_memory_format(input));
   };
-  return run(conv_source(kOp, p, input, bias, "", false, run));
+  return run(conv_source(kOp, p, input, bias, no_extra, false, run));
 }
 
 at::Tensor gelu_cuda(const at::Tensor& self, c10::string_view approximate) {
@@ -510,7 +513,8 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     group_norm_apply(kOp, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
     return r.out.contiguous(output_memory_format(input));
   };
-  return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), true, run));
+  const auto extra = [&] { return std::string(approximate) + std::to_string(num_groups); };
+  return run(conv_source(kOp, p, input, bias, extra, true, run));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats_cuda(
@@ -536,7 +540,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
     return {r.out.contiguous(output_memory_format(input)), mean.view({p.N, num_groups}),
             rstd.view({p.N, num_groups})};
   };
-  return run(conv_source(kOp, p, input, bias, std::string(approximate) + std::to_string(num_groups), false, run));
+  const auto extra = [&] { return std::string(approximate) + std::to_string(num_groups); };
+  return run(conv_source(kOp, p, input, bias, extra, false, run));
 }
 
 // conv with BatchNorm's batch statistics, the mean and biased variance (float32; float64 for
@@ -586,7 +591,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
     ChannelStats r = conv_channel_stats(kOp, source, input, weight, bias, p, kernel_call(p, input), {});
     return {r.out.contiguous(output_memory_format(input)), r.mean, r.var};
   };
-  return run(conv_source(kOp, p, input, bias, "", false, run));
+  return run(conv_source(kOp, p, input, bias, no_extra, false, run));
 }
 
 // BN (given statistics) + tanh + max-pool + GroupNorm of contiguous NCHW x with pooling q, into a
@@ -712,8 +717,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
                                                  gn_weight, gn_bias, gn_eps, training);
     return {y.contiguous(output_memory_format(input)), r.mean, r.var};
   };
-  std::string extra = std::to_string(training) + "|" + std::to_string(num_groups);
-  for (const int64_t v : {q.kH, q.kW, q.sH, q.sW, q.pH, q.pW, q.dH, q.dW}) extra += "," + std::to_string(v);
+  const auto extra = [&] {
+    std::string e = std::to_string(training) + "|" + std::to_string(num_groups);
+    for (const int64_t v : {q.kH, q.kW, q.sH, q.sW, q.pH, q.pW, q.dH, q.dW}) e += "," + std::to_string(v);
+    return e;
+  };
   return run(conv_source(kOp, p, input, bias, extra, false, run));
 }
 

@@ -51,6 +51,15 @@ __device__ __forceinline__ double cluster_load(const double* local, unsigned ran
 }
 #endif
 
+// The launch attribute (launch_with) of clusters of `blocks` blocks along x.
+inline cudaLaunchAttribute cluster_dimension(unsigned blocks) {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = blocks;
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  return cluster;
+}
+
 // Whether the current device launches clusters (compute capability 9.0 or later), looked up once
 // per device (a driver query on every launch is host time the kernels wait for).
 inline bool cluster_launch_supported() {

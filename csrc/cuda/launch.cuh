@@ -77,6 +77,21 @@ inline std::optional<int> env_int(const char* name) {
   return std::atoi(env);
 }
 
+// kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx, with `attribute`
+// where given (programmatic dependent launch: launch_early; a cluster size: cluster_dimension).
+template <typename... Params, typename... Args>
+cudaError_t launch_with(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                        cudaLaunchAttribute* attribute, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = attribute != nullptr ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start under the kernel ahead of it in
 // the stream (programmatic dependent launch, grid_dependency.cuh) where `early`, unless the stream
 // is capturing a CUDA graph (there the launch stays plain). The kernel must wait_for_prior_grid()
@@ -85,19 +100,11 @@ inline std::optional<int> env_int(const char* name) {
 template <typename... Params, typename... Args>
 cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                          bool early, Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
   cudaLaunchAttribute start_early{};
   start_early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   start_early.val.programmaticStreamSerializationAllowed = 1;
-  if (early && !stream_capturing(stream)) {
-    config.attrs = &start_early;
-    config.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return launch_with(kernel, grid, block, smem, stream, early && !stream_capturing(stream) ? &start_early : nullptr,
+                     std::forward<Args>(args)...);
 }
 
 // Blocks of `threads` threads and `smem` bytes of dynamic shared memory that the current device
