@@ -31,13 +31,15 @@ __global__ void gelu_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t 
   const int64_t stride = int64_t(gridDim.x) * blockDim.x * kVecs;
   const int64_t t0 = blockIdx.x * int64_t(blockDim.x) * kVecs + threadIdx.x;
   for (int64_t i = t0; i < n_vec; i += stride) {  // 16-byte body
+    // whether this thread's vector u lies inside the tensor (the loads' and the stores' test)
+    auto inside = [&](int u) { return i + u * int64_t(blockDim.x) < n_vec; };
     Vec<T, kVec> v[kVecs];
 #pragma unroll
     for (int u = 0; u < kVecs; ++u)
-      if (i + u * int64_t(blockDim.x) < n_vec) v[u] = reinterpret_cast<const Vec<T, kVec>*>(x)[i + u * blockDim.x];
+      if (inside(u)) v[u] = reinterpret_cast<const Vec<T, kVec>*>(x)[i + u * blockDim.x];
 #pragma unroll
     for (int u = 0; u < kVecs; ++u) {
-      if (i + u * int64_t(blockDim.x) >= n_vec) break;
+      if (!inside(u)) break;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) v[u].v[k] = Tr::from_acc(gelu<acc_t>(Tr::to_acc(v[u].v[k]), approx));
       reinterpret_cast<Vec<T, kVec>*>(y)[i + u * blockDim.x] = v[u];
