@@ -95,16 +95,41 @@ KernelCall kernel_call(const ConvTranspose2dParams& p, const at::Tensor& input, 
 }
 
 // A contiguous channels-last copy of input [N, C, H, W] by our staging kernel (PyTorch's copy ran
-// at ~1 TB/s on the H100), float32 rounded to TF32 where round_tf32.
-at::Tensor channels_last_copy(const char* op, const at::Tensor& input, bool round_tf32, cudaStream_t stream) {
+// at ~1 TB/s on the H100), float32 rounded to TF32 where round_tf32; nullopt (nothing launched)
+// where the kernel's grid cannot cover the shape (over ~2 M channels).
+std::optional<at::Tensor> try_channels_last_copy(const char* op, const at::Tensor& input, bool round_tf32,
+                                                 cudaStream_t stream) {
   const bool channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
   const at::Tensor src = channels_last ? input : input.contiguous();
   at::Tensor staged = at::empty_like(src, src.options(), at::MemoryFormat::ChannelsLast);
   const auto [N, C, HW] = n_c_hw(src);
-  check_launch(cuda::stage_channels_last_input(src.const_data_ptr(), staged.data_ptr(), kernel_dtype(src.scalar_type()),
-                                               N, C, HW, channels_last, round_tf32, stream),
-               op);
+  const cudaError_t err = cuda::stage_channels_last_input(src.const_data_ptr(), staged.data_ptr(),
+                                                          kernel_dtype(src.scalar_type()), N, C, HW, channels_last,
+                                                          round_tf32, stream);
+  if (err == cudaErrorInvalidConfiguration) return std::nullopt;  // refused before any launch
+  check_launch(err, op);
   return staged;
+}
+
+at::Tensor channels_last_copy(const char* op, const at::Tensor& input, bool round_tf32, cudaStream_t stream) {
+  std::optional<at::Tensor> staged = try_channels_last_copy(op, input, round_tf32, stream);
+  TORCH_CHECK(staged.has_value(), "myops.", op, ": argument 'input' of shape ", input.sizes(),
+              " has too many channels for the channels-last staging kernel");
+  return *staged;
+}
+
+// An op's result `out` (contiguous NCHW, as our kernels write it) in the input's memory format
+// (output_memory_format): a channels-last one by the staging kernel, not PyTorch's contiguous()
+// (H100, the L2_11 chain with a channels-last input: 0.63 -> 0.60 ms a call in bfloat16, 1.10 ->
+// 1.06 in float32).
+at::Tensor in_output_format(const char* op, const at::Tensor& out, const at::Tensor& input) {
+  const at::MemoryFormat format = output_memory_format(input);
+  if (format == at::MemoryFormat::ChannelsLast && out.dim() == 4 && out.is_contiguous() &&
+      !out.is_contiguous(format)) {
+    if (std::optional<at::Tensor> copy = try_channels_last_copy(op, out, false, at::cuda::getCurrentCUDAStream()))
+      return *copy;
+  }
+  return out.contiguous(format);
 }
 
 // The input as the plan's kernel reads it: contiguous NCHW, or (WgmmaTiling::nhwc) contiguous
@@ -148,12 +173,13 @@ at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tenso
   return out;
 }
 
-// cuDNN's transposed convolution of call p as contiguous NCHW (the layout our passes read).
+// cuDNN's transposed convolution of call p, contiguous in `format` (by default NCHW, the layout
+// our passes read).
 at::Tensor cudnn_conv(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                      const ConvTranspose2dParams& p) {
+                      const ConvTranspose2dParams& p, at::MemoryFormat format = at::MemoryFormat::Contiguous) {
   return at::conv_transpose2d(input, weight, bias, {p.sH, p.sW}, {p.pH, p.pW}, {p.opH, p.opW}, p.groups,
                               {p.dH, p.dW})
-      .contiguous();
+      .contiguous(format);
 }
 
 // cuDNN's transposed convolution of call p without bias, channels-last: its fastest layout (H100:
@@ -210,11 +236,18 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   constexpr const char* kOp = "conv_transpose2d";
   const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
+  // A channels-last input times cuDNN too (conv_source), which then returns its channels-last
+  // output as it is: its channels-last kernels beat ours plus the output's transpose on such
+  // inputs (H100, L1_57 channels-last: ours 2.30 ms in bfloat16 and 6.5 in float32, eager 1.34 and
+  // 2.97; the op now 1.34 / 2.97).
+  const at::MemoryFormat format = output_memory_format(input);
   auto run = [&](ConvSource source) {
-    return conv_by(source, kOp, input, weight, bias, p, kernel_call(p, input, true), {})
-        .contiguous(output_memory_format(input));
+    return source == ConvSource::Cudnn
+               ? cudnn_conv(input, weight, bias, p, format)
+               : in_output_format(kOp, conv_forward(kOp, input, weight, bias, p, kernel_call(p, input, true), {}),
+                                  input);
   };
-  return run(conv_source(kOp, p, input, bias, no_extra, false, run));
+  return run(conv_source(kOp, p, input, bias, no_extra, format == at::MemoryFormat::ChannelsLast, run));
 }
 
 at::Tensor gelu_cuda(const at::Tensor& self, c10::string_view approximate) {
@@ -292,16 +325,52 @@ GroupStats group_stats_from_partials(const char* op, const at::Tensor& partials,
   return s;
 }
 
+// GroupNorm of x, a contiguous channels-last [N, C, H, W], where it lies: the statistics pass reads
+// it as NHWC through pre, and the normalise pass (reading it the same way) writes a new tensor in
+// `format` (NCHW: transposing on the way). nullopt where the NHWC kernels' grid cannot take the
+// shape (over ~2 M channels; the statistics' kernel refuses it before any launch).
+std::optional<at::Tensor> group_norm_nhwc(const char* op, const at::Tensor& x, int64_t num_groups, double eps,
+                                          const std::optional<at::Tensor>& gn_weight,
+                                          const std::optional<at::Tensor>& gn_bias, at::MemoryFormat format,
+                                          cuda::PreGelu pre = {}) {
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto dtype = kernel_dtype(x.scalar_type());
+  const auto [N, C, HW] = n_c_hw(x);
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t tiles = cuda::nhwc_moment_tiles(HW);
+  at::Tensor moments = at::empty({N, C, tiles, 3}, x.options().dtype(compute_dtype(x.scalar_type())));
+  const cudaError_t err = cuda::nhwc_channel_moments(x.const_data_ptr(), dtype, N, C, HW, tiles, moments.data_ptr(),
+                                                     stream, pre);
+  if (err == cudaErrorInvalidConfiguration) return std::nullopt;
+  check_launch(err, op);
+  const GroupStats s = group_stats_from_partials(op, moments, num_groups, eps);
+  at::Tensor out = at::empty_like(x, x.options(), format);
+  const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
+  check_launch(cuda::nhwc_group_norm_apply(x.const_data_ptr(), out.data_ptr(),
+                                           format == at::MemoryFormat::ChannelsLast, dtype, N, C, HW, num_groups,
+                                           s.mean.const_data_ptr<double>(), s.rstd.const_data_ptr<double>(),
+                                           ptr_or_null(gamma), ptr_or_null(beta), sms, stream, pre),
+               op);
+  return out;
+}
+
 at::Tensor group_norm_cuda(const at::Tensor& input, int64_t num_groups,
                            const std::optional<at::Tensor>& weight,
                            const std::optional<at::Tensor>& bias, double eps) {
   check_group_norm("group_norm", input, num_groups, weight, bias);
   const c10::cuda::CUDAGuard guard(input.device());
+  // a channels-last input where it lies, not through NCHW copies of the input and the output
+  // (H100, [128, 64, 258, 258] channels-last: 6.84 -> 1.45 ms a call in bfloat16, 8.9 -> 2.42 in
+  // float32; eager 6.6 / 7.4)
+  if (output_memory_format(input) == at::MemoryFormat::ChannelsLast)
+    if (std::optional<at::Tensor> out =
+            group_norm_nhwc("group_norm", input, num_groups, eps, weight, bias, at::MemoryFormat::ChannelsLast))
+      return *out;
   const at::Tensor x = input.contiguous();
   at::Tensor out = at::empty_like(x);
   const GroupStats s = group_stats("group_norm", x, num_groups, eps);
   group_norm_apply("group_norm", x, out, num_groups, s.mean, s.rstd, weight, bias);
-  return out.contiguous(output_memory_format(input));
+  return in_output_format("group_norm", out, input);
 }
 
 // The fused ops' conv epilogue: bias + GELU, and GroupNorm's per-tile partials into tile_stats
@@ -448,36 +517,20 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   return out;
 }
 
-// The whole op over cuDNN's channels-last conv (no bias): the statistics read its output through
-// bias + GELU where it lies, and the normalise pass, reading it the same way, writes the op's
-// output in the input's layout (NCHW: transposing on the way).
+// The whole op over cuDNN's channels-last conv (no bias): GroupNorm reads its output through bias
+// + GELU where it lies (group_norm_nhwc) and writes the op's output in the input's layout.
 at::Tensor conv_gelu_group_norm_channels_last(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                               const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
                                               GeluApprox approx, int64_t num_groups, double eps,
                                               const std::optional<at::Tensor>& gn_weight,
                                               const std::optional<at::Tensor>& gn_bias) {
-  const auto stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor conv = cudnn_conv_channels_last(op, input, weight, p);
-  const auto dtype = kernel_dtype(conv.scalar_type());
-  const auto [N, C, HW] = n_c_hw(conv);
   const at::Tensor pre_bias = contiguous_or_undefined(bias);
-  const cuda::PreGelu pre{true, approx, ptr_or_null(pre_bias)};
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t tiles = cuda::nhwc_moment_tiles(HW);
-  at::Tensor moments = at::empty({N, C, tiles, 3}, conv.options().dtype(compute_dtype(conv.scalar_type())));
-  check_launch(cuda::nhwc_channel_moments(conv.const_data_ptr(), dtype, N, C, HW, tiles, moments.data_ptr(), stream,
-                                          pre),
-               op);
-  const GroupStats s = group_stats_from_partials(op, moments, num_groups, eps);
-  const at::MemoryFormat format = output_memory_format(input);
-  at::Tensor out = at::empty_like(conv, conv.options(), format);
-  const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
-  check_launch(cuda::nhwc_group_norm_apply(conv.const_data_ptr(), out.data_ptr(),
-                                           format == at::MemoryFormat::ChannelsLast, dtype, N, C, HW, num_groups,
-                                           s.mean.const_data_ptr<double>(), s.rstd.const_data_ptr<double>(),
-                                           ptr_or_null(gamma), ptr_or_null(beta), sms, stream, pre),
-               op);
-  return out;
+  std::optional<at::Tensor> out = group_norm_nhwc(op, conv, num_groups, eps, gn_weight, gn_bias,
+                                                  output_memory_format(input), {true, approx, ptr_or_null(pre_bias)});
+  TORCH_CHECK(out.has_value(), "myops.", op, ": ", p.C_out, " output channels are too many for the channels-last "
+              "GroupNorm kernels");
+  return *out;
 }
 
 at::Tensor conv_transpose2d_gelu_group_norm_cuda(
@@ -500,7 +553,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
       const KernelCall k = kernel_call(p, input);  // one plan lookup for either form
       if (auto out = conv_gelu_group_norm_overlapped(kOp, input, weight, bias, p, k, approx, num_groups, eps,
                                                      gn_weight, gn_bias))
-        return out->contiguous(output_memory_format(input));
+        return in_output_format(kOp, *out, input);
       r = conv_gelu_group_stats_ours(kOp, input, weight, bias, p, k, approx, num_groups, eps);
     } else if (strict_fp32(input)) {
       // strict float32: cuDNN's NCHW call (its channels-last strict kernels were slower: H100,
@@ -511,7 +564,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
                                                 gn_bias);
     }
     group_norm_apply(kOp, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
-    return r.out.contiguous(output_memory_format(input));
+    return in_output_format(kOp, r.out, input);
   };
   const auto extra = [&] { return std::string(approximate) + std::to_string(num_groups); };
   return run(conv_source(kOp, p, input, bias, extra, true, run));
@@ -537,7 +590,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
         conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, false, float32_stats);
     const at::Tensor mean = r.stats.mean32.defined() ? r.stats.mean32 : r.stats.mean.to(stats_dtype);
     const at::Tensor rstd = r.stats.rstd32.defined() ? r.stats.rstd32 : r.stats.rstd.to(stats_dtype);
-    return {r.out.contiguous(output_memory_format(input)), mean.view({p.N, num_groups}),
+    return {in_output_format(kOp, r.out, input), mean.view({p.N, num_groups}),
             rstd.view({p.N, num_groups})};
   };
   const auto extra = [&] { return std::string(approximate) + std::to_string(num_groups); };
@@ -589,7 +642,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
   const c10::cuda::CUDAGuard guard(input.device());
   auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
     ChannelStats r = conv_channel_stats(kOp, source, input, weight, bias, p, kernel_call(p, input), {});
-    return {r.out.contiguous(output_memory_format(input)), r.mean, r.var};
+    return {in_output_format(kOp, r.out, input), r.mean, r.var};
   };
   return run(conv_source(kOp, p, input, bias, no_extra, false, run));
 }
@@ -644,9 +697,10 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
       kOp, input, mean, var, bn_weight, bn_bias, kernel_size, pool_stride, pool_padding, pool_dilation,
       num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard guard(input.device());
-  return bn_tanh_pool_group_norm(kOp, input.contiguous(), q, 0, mean, var, bn_weight, bn_bias, bn_eps, num_groups,
-                                 gn_weight, gn_bias, gn_eps, false)
-      .contiguous(output_memory_format(input));
+  return in_output_format(kOp,
+                          bn_tanh_pool_group_norm(kOp, input.contiguous(), q, 0, mean, var, bn_weight, bn_bias, bn_eps,
+                                                  num_groups, gn_weight, gn_bias, gn_eps, false),
+                          input);
 }
 
 void batch_norm_update_running_stats_cuda(const at::Tensor& running_mean, const at::Tensor& running_var,
@@ -715,7 +769,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
     const at::Tensor y = bn_tanh_pool_group_norm(kOp, r.out, q, split_rows, training ? r.mean : *mean,
                                                  training ? r.var : *var, bn_weight, bn_bias, bn_eps, num_groups,
                                                  gn_weight, gn_bias, gn_eps, training);
-    return {y.contiguous(output_memory_format(input)), r.mean, r.var};
+    return {in_output_format(kOp, y, input), r.mean, r.var};
   };
   const auto extra = [&] {
     std::string e = std::to_string(training) + "|" + std::to_string(num_groups);
