@@ -102,11 +102,13 @@ __global__ void round_tf32_copy_kernel(const uint32_t* __restrict__ x, uint32_t*
     y[i] = to_tf32(__uint_as_float(x[i]));
 }
 
-// 16-bit types with an even pixel count: 64 channels x 64 pixels per tile, read as pixel pairs
-// and written as channel pairs (32-bit words: 2-byte accesses measured ~1 TB/s on the H100); a
-// warp reads one channel row's 128 bytes and writes one pixel's, and each thread issues all its
-// loads before it waits for any.
+// 16-bit types: 64 channels x 64 pixels per tile, read as pixel pairs and written as channel pairs
+// (32-bit words: 2-byte accesses measured ~1 TB/s on the H100); a warp reads one channel row's
+// 128 bytes and writes one pixel's, and each thread issues all its loads before it waits for any.
+// kWordRows: every channel row starts 4-byte aligned (HW even, x aligned), so a pair is one load;
+// else (an odd pixel count: L2_11's 17 x 17 pooled maps) two 2-byte loads, the stores the same.
 constexpr int kTile16 = 64, kPass16 = 256 / 32;  // 256 threads: 8 channel rows (or pixels) a pass
+template <bool kWordRows>
 __global__ void __launch_bounds__(256) nchw_to_nhwc_16bit_kernel(const unsigned short* __restrict__ x,
                                                                   unsigned short* __restrict__ y, int64_t N,
                                                                   int64_t C, int64_t HW) {
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_16bit_kernel(const unsigned 
   __shared__ uint32_t tile[kTile16][kTile16 / 2 + 1];  // [channel][pixel pair]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t p0 = int64_t(blockIdx.x) * kTile16, c0 = int64_t(blockIdx.y) * kTile16;
-  const bool pair_in = p0 + 2 * lane < HW;  // HW even: the pair lies in the row
+  const bool first_in = p0 + 2 * lane < HW, second_in = p0 + 2 * lane + 1 < HW;  // the pair's pixels
   for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
     const unsigned short* xi = x + n * C * HW + p0 + 2 * lane;
     unsigned short* yi = y + n * C * HW + c0 + 2 * lane;
@@ -122,7 +124,12 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_16bit_kernel(const unsigned 
 #pragma unroll
     for (int i = 0; i < kTile16 / kPass16; ++i) {
       const int64_t c = c0 + warp + i * kPass16;
-      v[i] = pair_in && c < C ? *reinterpret_cast<const uint32_t*>(xi + c * HW) : 0u;
+      if constexpr (kWordRows) {
+        v[i] = first_in && c < C ? *reinterpret_cast<const uint32_t*>(xi + c * HW) : 0u;
+      } else {
+        const uint32_t lo = first_in && c < C ? xi[c * HW] : 0u, hi = second_in && c < C ? xi[c * HW + 1] : 0u;
+        v[i] = lo | (hi << 16);
+      }
     }
 #pragma unroll
     for (int i = 0; i < kTile16 / kPass16; ++i) tile[warp + i * kPass16][lane] = v[i];
@@ -193,11 +200,14 @@ cudaError_t stage_channels_last_input(const void* x, void* y, DType dtype, int64
     case DType::F64: return transpose<unsigned long long, false>(x, y, N, C, HW, stream);
     case DType::F16:
     case DType::BF16: {
-      if (HW % 2 != 0 || reinterpret_cast<uintptr_t>(x) % 4 != 0) return transpose<unsigned short, false>(x, y, N, C, HW, stream);
       dim3 grid;
       if (!image_tile_grid(N, C, HW, kTile16, kTile16, grid)) return cudaErrorInvalidConfiguration;
-      nchw_to_nhwc_16bit_kernel<<<grid, 256, 0, stream>>>(static_cast<const unsigned short*>(x),
-                                                          static_cast<unsigned short*>(y), N, C, HW);
+      const auto* src = static_cast<const unsigned short*>(x);
+      auto* dst = static_cast<unsigned short*>(y);
+      if (HW % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0)
+        nchw_to_nhwc_16bit_kernel<true><<<grid, 256, 0, stream>>>(src, dst, N, C, HW);
+      else
+        nchw_to_nhwc_16bit_kernel<false><<<grid, 256, 0, stream>>>(src, dst, N, C, HW);
       return cudaGetLastError();
     }
   }
