@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import DEVICES, HAS_CUDA
-from reference import assert_matches, f64, ref_conv_transpose2d, tolerance
+from reference import assert_matches, f64, ref_conv_transpose2d, ref_fused, tolerance
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 CL = torch.channels_last
@@ -124,3 +124,21 @@ def test_conv_transpose2d_channels_last_sources(source, dtype, monkeypatch):
             out = ops.conv_transpose2d(x, weight, bias, *args)
             assert out.is_contiguous(memory_format=CL) and out.dtype == dtype
             assert_matches(out, ref_conv_transpose2d(x, weight, bias, *args), tolerance(dtype, "cuda"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size", [(12, 20), (9, 11)])
+def test_grouped_strided_conv_channels_last_input(device, dtype, size):
+    # L1_75's layer, smaller: kernels that read NCHW only (on CUDA the input's NHWC -> NCHW copy is
+    # our transposer's, run with channels and pixels swapped); an even and an odd pixel count
+    x = torch.randn(2, 32, *size, device=device, dtype=dtype)
+    weight = torch.randn(32, 16, 3, 5, device=device, dtype=dtype) / (8 * 15) ** 0.5
+    bias = torch.randn(64, device=device, dtype=dtype)
+    args = ([2, 3], [1, 2], [1, 0], 4, [2, 1])
+    out_cl, out = _both_layouts(lambda t: ops.conv_transpose2d(t, weight, bias, *args), x)
+    _assert_channels_last_equal(out_cl, out)
+    out_cl, out = _both_layouts(
+        lambda t: ops.conv_transpose2d_gelu_group_norm(t, weight, bias, *args, "none", 8, None, None, 1e-5), x)
+    _assert_channels_last_equal(out_cl, out)
+    assert_matches(out, ref_fused(x, weight, bias, *args, "none", 8, None, None, 1e-5), tolerance(dtype, device))

@@ -118,6 +118,20 @@ at::Tensor channels_last_copy(const char* op, const at::Tensor& input, bool roun
   return *staged;
 }
 
+// t as a contiguous NCHW tensor: a channels-last one transposed by our kernel, not PyTorch's
+// contiguous() (which moved ~0.7 TB/s on the H100); PyTorch's copy only where our grid refuses
+// the shape (over ~2 M pixels per image).
+at::Tensor contiguous_nchw(const char* op, const at::Tensor& t) {
+  if (t.is_contiguous() || t.dim() != 4 || !t.is_contiguous(at::MemoryFormat::ChannelsLast)) return t.contiguous();
+  at::Tensor out = at::empty(t.sizes(), t.options());
+  const auto [N, C, HW] = n_c_hw(t);
+  const cudaError_t err = cuda::unstage_channels_last(t.const_data_ptr(), out.data_ptr(), kernel_dtype(t.scalar_type()),
+                                                      N, C, HW, at::cuda::getCurrentCUDAStream());
+  if (err == cudaErrorInvalidConfiguration) return t.contiguous();  // refused before any launch
+  check_launch(err, op);
+  return out;
+}
+
 // An op's result `out` (contiguous NCHW, as our kernels write it) in the input's memory format
 // (output_memory_format): a channels-last one by the staging kernel, not PyTorch's contiguous()
 // (H100, the L2_11 chain with a channels-last input: 0.63 -> 0.60 ms a call in bfloat16, 1.10 ->
@@ -137,7 +151,7 @@ at::Tensor in_output_format(const char* op, const at::Tensor& out, const at::Ten
 // staged copy.
 at::Tensor kernel_input(const char* op, const at::Tensor& input, const cuda::ConvPlan& plan, cuda::DType dtype,
                         cudaStream_t stream) {
-  if (plan.engine != cuda::ConvEngine::Wgmma || !plan.wg.nhwc) return input.contiguous();
+  if (plan.engine != cuda::ConvEngine::Wgmma || !plan.wg.nhwc) return contiguous_nchw(op, input);
   const bool channels_last = input.is_contiguous(at::MemoryFormat::ChannelsLast);
   if (channels_last && dtype != cuda::DType::F32 && reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 == 0)
     return input;
@@ -174,12 +188,13 @@ at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tenso
 }
 
 // cuDNN's transposed convolution of call p, contiguous in `format` (by default NCHW, the layout
-// our passes read).
-at::Tensor cudnn_conv(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                      const ConvTranspose2dParams& p, at::MemoryFormat format = at::MemoryFormat::Contiguous) {
-  return at::conv_transpose2d(input, weight, bias, {p.sH, p.sW}, {p.pH, p.pW}, {p.opH, p.opW}, p.groups,
-                              {p.dH, p.dW})
-      .contiguous(format);
+// our passes read; cuDNN answers a channels-last input in channels-last).
+at::Tensor cudnn_conv(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
+                      at::MemoryFormat format = at::MemoryFormat::Contiguous) {
+  const at::Tensor out = at::conv_transpose2d(input, weight, bias, {p.sH, p.sW}, {p.pH, p.pW}, {p.opH, p.opW},
+                                              p.groups, {p.dH, p.dW});
+  return format == at::MemoryFormat::Contiguous ? contiguous_nchw(op, out) : out.contiguous(format);
 }
 
 // cuDNN's transposed convolution of call p without bias, channels-last: its fastest layout (H100:
@@ -200,7 +215,7 @@ at::Tensor cudnn_conv_channels_last(const char* op, const at::Tensor& input, con
 at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, const at::Tensor& weight,
                    const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p, const KernelCall& k,
                    const cuda::ConvEpilogue& ep) {
-  return source == ConvSource::Cudnn ? cudnn_conv(input, weight, bias, p)
+  return source == ConvSource::Cudnn ? cudnn_conv(op, input, weight, bias, p)
                                      : conv_forward(op, input, weight, bias, p, k, ep);
 }
 
@@ -229,6 +244,11 @@ ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at:
 // conv_source's extra() for ops with no arguments beyond the conv's
 const auto no_extra = [] { return std::string(); };
 
+// conv_source's extra() for the GELU + GroupNorm ops
+auto gelu_group_norm_extra(c10::string_view approximate, int64_t num_groups) {
+  return [=] { return std::string(approximate) + std::to_string(num_groups); };
+}
+
 at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,
                                  const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
                                  c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -243,7 +263,7 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   const at::MemoryFormat format = output_memory_format(input);
   auto run = [&](ConvSource source) {
     return source == ConvSource::Cudnn
-               ? cudnn_conv(input, weight, bias, p, format)
+               ? cudnn_conv(kOp, input, weight, bias, p, format)
                : in_output_format(kOp, conv_forward(kOp, input, weight, bias, p, kernel_call(p, input, true), {}),
                                   input);
   };
@@ -419,13 +439,13 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
   if (source == ConvSource::Cudnn) {
     GeluGroupStats r;
     if (gelu_may_wait) {
-      r.out = cudnn_conv(input, weight, std::nullopt, p);
+      r.out = cudnn_conv(op, input, weight, std::nullopt, p);
       r.pending_bias = contiguous_or_undefined(bias);
       r.pending = {true, approx, ptr_or_null(r.pending_bias)};
       r.stats = group_stats_from_partials(op, plane_moments(op, r.out, r.pending), num_groups, eps, float32_stats);
       return r;
     }
-    r.out = cudnn_conv(input, weight, bias, p);
+    r.out = cudnn_conv(op, input, weight, bias, p);
     check_launch(cuda::gelu_forward(r.out.const_data_ptr(), r.out.data_ptr(), r.out.numel(),
                                     kernel_dtype(r.out.scalar_type()), approx, at::cuda::getCurrentCUDAStream()),
                  op);
@@ -566,8 +586,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     group_norm_apply(kOp, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
     return in_output_format(kOp, r.out, input);
   };
-  const auto extra = [&] { return std::string(approximate) + std::to_string(num_groups); };
-  return run(conv_source(kOp, p, input, bias, extra, true, run));
+  return run(conv_source(kOp, p, input, bias, gelu_group_norm_extra(approximate, num_groups), true, run));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats_cuda(
@@ -593,8 +612,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
     return {in_output_format(kOp, r.out, input), mean.view({p.N, num_groups}),
             rstd.view({p.N, num_groups})};
   };
-  const auto extra = [&] { return std::string(approximate) + std::to_string(num_groups); };
-  return run(conv_source(kOp, p, input, bias, extra, false, run));
+  return run(conv_source(kOp, p, input, bias, gelu_group_norm_extra(approximate, num_groups), false, run));
 }
 
 // conv with BatchNorm's batch statistics, the mean and biased variance (float32; float64 for
@@ -611,7 +629,7 @@ ChannelStats conv_channel_stats(const char* op, ConvSource source, const at::Ten
   at::Tensor tile_stats;  // [N, C_out, tiles, 3]
   ChannelStats r;
   if (source == ConvSource::Cudnn) {
-    r.out = cudnn_conv(input, weight, bias, p);
+    r.out = cudnn_conv(op, input, weight, bias, p);
     tile_stats = plane_moments(op, r.out);
   } else {
     tile_stats = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3}, input.options().dtype(stats_dtype));
@@ -698,7 +716,7 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
       num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard guard(input.device());
   return in_output_format(kOp,
-                          bn_tanh_pool_group_norm(kOp, input.contiguous(), q, 0, mean, var, bn_weight, bn_bias, bn_eps,
+                          bn_tanh_pool_group_norm(kOp, contiguous_nchw(kOp, input), q, 0, mean, var, bn_weight, bn_bias, bn_eps,
                                                   num_groups, gn_weight, gn_bias, gn_eps, false),
                           input);
 }

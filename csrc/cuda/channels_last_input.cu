@@ -214,5 +214,11 @@ cudaError_t stage_channels_last_input(const void* x, void* y, DType dtype, int64
   return cudaErrorInvalidValue;
 }
 
+// [N][HW][C] -> [N][C][HW] is the NCHW -> NHWC transpose of an image of HW "channels" of C "pixels".
+cudaError_t unstage_channels_last(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
+                                  cudaStream_t stream) {
+  return stage_channels_last_input(x, y, dtype, N, HW, C, false, false, stream);
+}
+
 }  // namespace cuda
 }  // namespace myops

@@ -12,5 +12,11 @@ namespace cuda {
 cudaError_t stage_channels_last_input(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
                                       bool source_channels_last, bool round_tf32, cudaStream_t stream);
 
+// x: contiguous [N, H, W, C]; y: contiguous [N, C, H, W], the same values (the kernels that read
+// NCHW only: mma.sync, direct, the BatchNorm tail). cudaErrorInvalidConfiguration, before any
+// launch, where the transposes' grid cannot cover the shape (over ~2 M pixels per image).
+cudaError_t unstage_channels_last(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
+                                  cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace myops
