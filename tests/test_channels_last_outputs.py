@@ -49,7 +49,10 @@ def _both_layouts(fn, x):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", CONV_SHAPES)
-def test_conv_ops_channels_last_output(device, dtype, shape):
+def test_conv_ops_channels_last_output(device, dtype, shape, monkeypatch):
+    # our kernels for both calls (on CUDA a channels-last call may otherwise time cuDNN's conv:
+    # test_conv_transpose2d_channels_last_sources)
+    monkeypatch.setenv("MYOPS_CONV_SOURCE", "myops")
     x, weight, bias = _conv_inputs(shape, dtype, device)
     args = _conv_args(shape)
     num_groups = 2
@@ -129,9 +132,10 @@ def test_conv_transpose2d_channels_last_sources(source, dtype, monkeypatch):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("size", [(12, 20), (9, 11)])
-def test_grouped_strided_conv_channels_last_input(device, dtype, size):
+def test_grouped_strided_conv_channels_last_input(device, dtype, size, monkeypatch):
     # L1_75's layer, smaller: kernels that read NCHW only (on CUDA the input's NHWC -> NCHW copy is
     # our transposer's, run with channels and pixels swapped); an even and an odd pixel count
+    monkeypatch.setenv("MYOPS_CONV_SOURCE", "myops")
     x = torch.randn(2, 32, *size, device=device, dtype=dtype)
     weight = torch.randn(32, 16, 3, 5, device=device, dtype=dtype) / (8 * 15) ** 0.5
     bias = torch.randn(64, device=device, dtype=dtype)
@@ -142,3 +146,32 @@ def test_grouped_strided_conv_channels_last_input(device, dtype, size):
         lambda t: ops.conv_transpose2d_gelu_group_norm(t, weight, bias, *args, "none", 8, None, None, 1e-5), x)
     _assert_channels_last_equal(out_cl, out)
     assert_matches(out, ref_fused(x, weight, bias, *args, "none", 8, None, None, 1e-5), tolerance(dtype, device))
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype, source", [(torch.float32, "myops"), (torch.float32, "cudnn-strict"),
+                                           (torch.float64, "myops"), (torch.float16, "myops"),
+                                           (torch.bfloat16, "myops")])
+def test_gelu_group_norm_channels_last_normalise_pass(dtype, source, monkeypatch):
+    # a channels-last call's normalise pass writes the channels-last output itself (transposing
+    # while it normalises): over our conv, the bits of the NCHW call's output (which may take the
+    # pass that follows the conv); over cuDNN's strict float32 conv (bias and GELU still pending
+    # in the pass) the float64 reference
+    strict = source == "cudnn-strict"
+    monkeypatch.setenv("MYOPS_CONV_SOURCE", "cudnn" if strict else "myops")
+    if strict:
+        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    shapes = [(2, 64, 64, 30, 30, 3, 0), (3, 32, 24, 15, 16, 3, 1), (2, 16, 8, 6, 7, 3, 0)]
+    for shape in shapes:
+        x, weight, bias = _conv_inputs(shape, dtype, "cuda")
+        gn_w = torch.randn(shape[2], device="cuda", dtype=dtype)
+        gn_b = torch.randn(shape[2], device="cuda", dtype=dtype)
+        args = _conv_args(shape)
+        fused = lambda t: ops.conv_transpose2d_gelu_group_norm(t, weight, bias, *args, "none", 8, gn_w, gn_b, 1e-5)  # noqa: E731
+        out_cl, out = _both_layouts(fused, x)
+        if strict:
+            assert out_cl.is_contiguous(memory_format=CL)
+            assert_matches(out_cl, ref_fused(x, weight, bias, *args, "none", 8, gn_w, gn_b, 1e-5),
+                           tolerance(dtype, "cuda"))
+        else:
+            _assert_channels_last_equal(out_cl, out)

@@ -553,6 +553,30 @@ at::Tensor conv_gelu_group_norm_channels_last(const char* op, const at::Tensor& 
   return *out;
 }
 
+// The fused op's last pass: GroupNorm of r.out (contiguous NCHW, read through r.pending) with r's
+// statistics, in place, or for a channels-last input into a new channels-last tensor, transposed
+// while it normalises: one read and one write of the output, where the in-place pass and then our
+// transpose made two of each.
+at::Tensor normalised_output(const char* op, GeluGroupStats& r, int64_t num_groups,
+                             const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
+                             const at::Tensor& input) {
+  if (output_memory_format(input) == at::MemoryFormat::ChannelsLast && !r.out.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    at::Tensor out = at::empty_like(r.out, r.out.options(), at::MemoryFormat::ChannelsLast);
+    const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
+    const auto [N, C, HW] = n_c_hw(r.out);
+    const cudaError_t err = cuda::nchw_group_norm_apply_to_channels_last(
+        r.out.const_data_ptr(), out.data_ptr(), kernel_dtype(r.out.scalar_type()), N, C, HW, num_groups,
+        r.stats.mean.const_data_ptr<double>(), r.stats.rstd.const_data_ptr<double>(), ptr_or_null(gamma),
+        ptr_or_null(beta), at::cuda::getCurrentCUDAStream(), r.pending);
+    if (err != cudaErrorInvalidConfiguration) {  // else refused before any launch: the in-place pass
+      check_launch(err, op);
+      return out;
+    }
+  }
+  group_norm_apply(op, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
+  return in_output_format(op, r.out, input);
+}
+
 at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -567,13 +591,16 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
   const GeluApprox approx = checked.approx;
   const c10::cuda::CUDAGuard guard(input.device());
   // 1) conv + bias + GELU with GroupNorm's statistics; 2) normalise in place.
+  // (a channels-last input: the normalise pass writes its channels-last output, normalised_output)
+  const bool nchw_output = output_memory_format(input) != at::MemoryFormat::ChannelsLast;
   auto run = [&](ConvSource source) {
     GeluGroupStats r;
     if (source == ConvSource::Myops) {
       const KernelCall k = kernel_call(p, input);  // one plan lookup for either form
-      if (auto out = conv_gelu_group_norm_overlapped(kOp, input, weight, bias, p, k, approx, num_groups, eps,
-                                                     gn_weight, gn_bias))
-        return in_output_format(kOp, *out, input);
+      if (nchw_output)
+        if (auto out = conv_gelu_group_norm_overlapped(kOp, input, weight, bias, p, k, approx, num_groups, eps,
+                                                       gn_weight, gn_bias))
+          return *out;
       r = conv_gelu_group_stats_ours(kOp, input, weight, bias, p, k, approx, num_groups, eps);
     } else if (strict_fp32(input)) {
       // strict float32: cuDNN's NCHW call (its channels-last strict kernels were slower: H100,
@@ -583,8 +610,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
       return conv_gelu_group_norm_channels_last(kOp, input, weight, bias, p, approx, num_groups, eps, gn_weight,
                                                 gn_bias);
     }
-    group_norm_apply(kOp, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
-    return in_output_format(kOp, r.out, input);
+    return normalised_output(kOp, r, num_groups, gn_weight, gn_bias, input);
   };
   return run(conv_source(kOp, p, input, bias, gelu_group_norm_extra(approximate, num_groups), true, run));
 }

@@ -4,11 +4,13 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/dtype_traits.cuh"
 #include "cuda/group_norm_math.cuh"
 #include "cuda/moments.cuh"
+#include "cuda/nchw_to_nhwc.cuh"
 #include "cuda/transpose_tile.cuh"
 
 namespace myops {
@@ -319,6 +321,40 @@ cudaError_t transposing_apply(const Read& read, const void* x, void* y, int64_t 
   return cudaGetLastError();
 }
 
+// The unsigned integer of T's size: the bits that the transposes of nchw_to_nhwc.cuh move.
+template <typename T>
+using RawOf = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+template <typename To, typename From>
+__device__ __forceinline__ To bits_as(From v) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To t;
+  memcpy(&t, &v, sizeof(To));
+  return t;
+}
+
+// The transposes' map that normalises (nchw_to_nhwc.cuh): each value through its plane's
+// PlaneNorm, the normalise kernels' own expression, so the bits equal the NCHW pass's.
+// (Channels and groups in 32 bits: the transposes' grid takes at most ~4 M channels.)
+template <typename T, bool kPre>
+struct NormaliseValues {
+  static constexpr bool kTileRuns = true;
+  int groups, C_g;
+  const double* mean;
+  const double* rstd;
+  const T* gamma;
+  const T* beta;
+  const T* pre_bias;
+  ReadAs<T, kPre> read;
+  using Channel = PlaneNorm<T>;
+  __device__ Channel channel(int64_t n, int64_t c) const {
+    const int64_t group = n * groups + static_cast<int>(c) / C_g;  // a 32-bit division per channel
+    return PlaneNorm<T>(c, mean[group], rstd[group], gamma, beta, pre_bias);
+  }
+  __device__ RawOf<T> operator()(const Channel& norm, RawOf<T> v) const {
+    return bits_as<RawOf<T>>(norm(read, bits_as<T>(v)));
+  }
+};
+
 }  // namespace
 
 int64_t nhwc_moment_tiles(int64_t HW) {
@@ -385,6 +421,26 @@ cudaError_t nhwc_group_norm_apply(const void* x, void* y, bool y_channels_last, 
       }
       return launch(std::integral_constant<int, 1>{}, std::true_type{});
     });
+  });
+}
+
+cudaError_t nchw_group_norm_apply_to_channels_last(const void* x, void* y, DType dtype, int64_t N, int64_t C,
+                                                  int64_t HW, int64_t num_groups, const double* mean,
+                                                  const double* rstd, const void* gamma, const void* beta,
+                                                  cudaStream_t stream, PreGelu pre) {
+  return dispatch_read(dtype, pre, [&](auto read) {
+    using T = typename decltype(read)::value_t;
+    if (C > 0x7fffffff) return cudaErrorInvalidConfiguration;
+    const NormaliseValues<T, decltype(read)::kPre> map{static_cast<int>(num_groups),
+                                                       static_cast<int>(C / num_groups),
+                                                       mean,
+                                                       rstd,
+                                                       static_cast<const T*>(gamma),
+                                                       static_cast<const T*>(beta),
+                                                       static_cast<const T*>(pre.bias),
+                                                       read};
+    return transpose_to_channels_last(static_cast<const RawOf<T>*>(x), static_cast<RawOf<T>*>(y), N, C, HW, map,
+                                      stream);
   });
 }
 

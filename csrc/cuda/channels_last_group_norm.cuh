@@ -27,5 +27,13 @@ cudaError_t nhwc_group_norm_apply(const void* x, void* y, bool y_channels_last, 
                                   const void* gamma, const void* beta, int sms, cudaStream_t stream,
                                   PreGelu pre = {});
 
+// The same normalisation of x contiguous [N, C, HW] into y contiguous [N, HW, C]: the last pass of
+// a channels-last call whose conv wrote NCHW, which then needs no transpose of its own.
+// cudaErrorInvalidConfiguration, before any launch, where the grid cannot cover the shape.
+cudaError_t nchw_group_norm_apply_to_channels_last(const void* x, void* y, DType dtype, int64_t N, int64_t C,
+                                                  int64_t HW, int64_t num_groups, const double* mean,
+                                                  const double* rstd, const void* gamma, const void* beta,
+                                                  cudaStream_t stream, PreGelu pre = {});
+
 }  // namespace cuda
 }  // namespace myops
