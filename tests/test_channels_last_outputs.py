@@ -167,8 +167,8 @@ def test_gelu_group_norm_channels_last_normalise_pass(dtype, source, monkeypatch
         gn_w = torch.randn(shape[2], device="cuda", dtype=dtype)
         gn_b = torch.randn(shape[2], device="cuda", dtype=dtype)
         args = _conv_args(shape)
-        fused = lambda t: ops.conv_transpose2d_gelu_group_norm(t, weight, bias, *args, "none", 8, gn_w, gn_b, 1e-5)  # noqa: E731
-        out_cl, out = _both_layouts(fused, x)
+        out_cl, out = _both_layouts(
+            lambda t: ops.conv_transpose2d_gelu_group_norm(t, weight, bias, *args, "none", 8, gn_w, gn_b, 1e-5), x)
         if strict:
             assert out_cl.is_contiguous(memory_format=CL)
             assert_matches(out_cl, ref_fused(x, weight, bias, *args, "none", 8, gn_w, gn_b, 1e-5),

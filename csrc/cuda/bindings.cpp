@@ -560,7 +560,8 @@ at::Tensor conv_gelu_group_norm_channels_last(const char* op, const at::Tensor& 
 at::Tensor normalised_output(const char* op, GeluGroupStats& r, int64_t num_groups,
                              const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias,
                              const at::Tensor& input) {
-  if (output_memory_format(input) == at::MemoryFormat::ChannelsLast && !r.out.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+  if (output_memory_format(input) == at::MemoryFormat::ChannelsLast &&
+      !r.out.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     at::Tensor out = at::empty_like(r.out, r.out.options(), at::MemoryFormat::ChannelsLast);
     const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
     const auto [N, C, HW] = n_c_hw(r.out);
