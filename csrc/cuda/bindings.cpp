@@ -742,10 +742,9 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cuda(
       kOp, input, mean, var, bn_weight, bn_bias, kernel_size, pool_stride, pool_padding, pool_dilation,
       num_groups, gn_weight, gn_bias);
   const c10::cuda::CUDAGuard guard(input.device());
-  return in_output_format(kOp,
-                          bn_tanh_pool_group_norm(kOp, contiguous_nchw(kOp, input), q, 0, mean, var, bn_weight, bn_bias, bn_eps,
-                                                  num_groups, gn_weight, gn_bias, gn_eps, false),
-                          input);
+  const at::Tensor out = bn_tanh_pool_group_norm(kOp, contiguous_nchw(kOp, input), q, 0, mean, var, bn_weight,
+                                                 bn_bias, bn_eps, num_groups, gn_weight, gn_bias, gn_eps, false);
+  return in_output_format(kOp, out, input);
 }
 
 void batch_norm_update_running_stats_cuda(const at::Tensor& running_mean, const at::Tensor& running_var,

@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/dtype_traits.cuh"
@@ -319,17 +318,6 @@ cudaError_t transposing_apply(const Read& read, const void* x, void* y, int64_t 
       static_cast<const T*>(x), static_cast<T*>(y), N, C, HW, C_g, steps, mean, rstd, static_cast<const T*>(gamma),
       static_cast<const T*>(beta), read, static_cast<const T*>(pre.bias));
   return cudaGetLastError();
-}
-
-// The unsigned integer of T's size: the bits that the transposes of nchw_to_nhwc.cuh move.
-template <typename T>
-using RawOf = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
-template <typename To, typename From>
-__device__ __forceinline__ To bits_as(From v) {
-  static_assert(sizeof(To) == sizeof(From), "same size");
-  To t;
-  memcpy(&t, &v, sizeof(To));
-  return t;
 }
 
 // The transposes' map that normalises (nchw_to_nhwc.cuh): each value through its plane's

@@ -5,6 +5,10 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
 #include "cuda/launch.cuh"
 
 namespace myops {
@@ -66,6 +70,19 @@ struct HalfWmma {
   __device__ static void round(F&) {}
 };
 
+// v's bits as a To of the same size (the packed conversions below, the transposes' maps).
+template <typename To, typename From>
+__device__ __forceinline__ To bits_as(From v) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To t;
+  memcpy(&t, &v, sizeof(To));
+  return t;
+}
+
+// The unsigned integer of T's size: the bits that the transposes of nchw_to_nhwc.cuh move.
+template <typename T>
+using RawOf = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+
 // float16 and bfloat16: conversions through explicit intrinsics (torch builds with
 // __CUDA_NO_HALF_CONVERSIONS__ / __CUDA_NO_BFLOAT16_CONVERSIONS__).
 __device__ inline float half_to_float(__half v) { return __half2float(v); }
@@ -83,17 +100,11 @@ template <typename Half>
 __device__ inline Vec<Half, 2> float2_to_half2(float a, float b);
 template <>
 __device__ inline Vec<__half, 2> float2_to_half2<__half>(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  Vec<__half, 2> r;
-  memcpy(&r, &h, sizeof(r));
-  return r;
+  return bits_as<Vec<__half, 2>>(__floats2half2_rn(a, b));
 }
 template <>
 __device__ inline Vec<__nv_bfloat16, 2> float2_to_half2<__nv_bfloat16>(float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  Vec<__nv_bfloat16, 2> r;
-  memcpy(&r, &h, sizeof(r));
-  return r;
+  return bits_as<Vec<__nv_bfloat16, 2>>(__floats2bfloat162_rn(a, b));
 }
 
 template <typename Half>

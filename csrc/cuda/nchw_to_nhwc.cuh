@@ -48,7 +48,8 @@ template <typename Raw, typename Map>
 __global__ void nchw_to_nhwc_kernel(const Raw* __restrict__ x, Raw* __restrict__ y, int64_t N, int64_t C, int64_t HW,
                                     int64_t steps, Map map) {
   allow_dependent_launch();  // the conv's weight preparation may start (conv_prepare_weight)
-  const int64_t run = Map::kTileRuns ? steps : 1;  // tiles of this block
+  // tiles of this block: a compile-time 1 for the copies, whose code stays the one-tile loop
+  const int64_t run = Map::kTileRuns ? steps : 1;
   __shared__ Raw tile[kTile][kTile + 1];
   const int64_t c0 = int64_t(blockIdx.y) * kTile;
   const int64_t c_out = c0 + threadIdx.x;  // the channel this thread stores
@@ -191,22 +192,25 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_16bit_kernel(const unsigned 
   }
 }
 
-// The transposes' grid: runs of `steps` tile_px-pixel tiles x tile_c-channel blocks of an image in
-// x and y, images over z (the kernels stride over them). False where x or y would exceed the
-// launch limits.
-inline bool image_tile_grid(int64_t N, int64_t C, int64_t HW, int tile_px, int tile_c, int64_t steps, dim3& grid) {
-  const int64_t gx = ceil_div(ceil_div(HW, tile_px), steps), gy = ceil_div(C, tile_c);
-  if (gx > 0x7fffffff || gy > 65535) return false;
-  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(std::min<int64_t>(N, 65535)));
-  return true;
-}
-
 // Tiles per block: one for a copy (its blocks need no setup), else enough that a block's channel
 // states are made for many tiles while the grid keeps ~2048 blocks (H100, a normalising 16-bit
 // transpose of [128, 64, 258, 258]: one tile per block ran at ~1.3 TB/s).
 template <typename Map>
 int64_t tile_steps(int64_t tiles) {
   return Map::kTileRuns ? std::clamp<int64_t>(tiles / 2048, 1, 16) : 1;
+}
+
+// The transposes' grid for tile_px-pixel x tile_c-channel tiles: runs of `steps` tiles (tile_steps)
+// x channel blocks of an image in x and y, images over z (the kernels stride over them). False
+// where x or y would exceed the launch limits.
+template <typename Map>
+bool image_tile_grid(int64_t N, int64_t C, int64_t HW, int tile_px, int tile_c, int64_t& steps, dim3& grid) {
+  const int64_t tiles = ceil_div(HW, tile_px), gy = ceil_div(C, tile_c);
+  steps = tile_steps<Map>(N * gy * tiles);
+  const int64_t gx = ceil_div(tiles, steps);
+  if (gx > 0x7fffffff || gy > 65535) return false;
+  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(std::min<int64_t>(N, 65535)));
+  return true;
 }
 
 }  // namespace transpose_detail
@@ -219,10 +223,10 @@ cudaError_t transpose_to_channels_last(const Raw* x, Raw* y, int64_t N, int64_t 
                                        cudaStream_t stream) {
   using namespace transpose_detail;
   if (N * C * HW == 0) return cudaSuccess;
+  int64_t steps;
   dim3 grid;
   if constexpr (sizeof(Raw) == 2) {
-    const int64_t steps = tile_steps<Map>(N * ceil_div(C, kTile16) * ceil_div(HW, kTile16));
-    if (!image_tile_grid(N, C, HW, kTile16, kTile16, steps, grid)) return cudaErrorInvalidConfiguration;
+    if (!image_tile_grid<Map>(N, C, HW, kTile16, kTile16, steps, grid)) return cudaErrorInvalidConfiguration;
     const auto* src = reinterpret_cast<const unsigned short*>(x);
     auto* dst = reinterpret_cast<unsigned short*>(y);
     if (HW % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0)
@@ -232,16 +236,14 @@ cudaError_t transpose_to_channels_last(const Raw* x, Raw* y, int64_t N, int64_t 
     return cudaGetLastError();
   } else {
     if constexpr (sizeof(Raw) == 4) {
-      const int64_t steps = tile_steps<Map>(N * ceil_div(C, kWideC) * ceil_div(HW, kWideP));
       if (C % 4 == 0 && HW % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-          reinterpret_cast<uintptr_t>(y) % 16 == 0 && image_tile_grid(N, C, HW, kWideP, kWideC, steps, grid)) {
+          reinterpret_cast<uintptr_t>(y) % 16 == 0 && image_tile_grid<Map>(N, C, HW, kWideP, kWideC, steps, grid)) {
         nchw_to_nhwc_wide_kernel<<<grid, kWideThreads, 0, stream>>>(reinterpret_cast<const uint4*>(x),
                                                                     reinterpret_cast<uint4*>(y), N, C, HW, steps, map);
         return cudaGetLastError();
       }
     }
-    const int64_t steps = tile_steps<Map>(N * ceil_div(C, kTile) * ceil_div(HW, kTile));
-    if (!image_tile_grid(N, C, HW, kTile, kTile, steps, grid)) return cudaErrorInvalidConfiguration;
+    if (!image_tile_grid<Map>(N, C, HW, kTile, kTile, steps, grid)) return cudaErrorInvalidConfiguration;
     nchw_to_nhwc_kernel<<<grid, dim3(kTile, kRowsPerPass), 0, stream>>>(x, y, N, C, HW, steps, map);
     return cudaGetLastError();
   }
