@@ -20,20 +20,21 @@
 namespace myops {
 namespace cuda {
 
-// The value as it is.
-struct CopyValues {
+// The maps whose stored value depends on the value alone.
+struct StatelessValues {
   static constexpr bool kTileRuns = false;  // a block per tile: no channel state to share
   struct Channel {};
   __device__ Channel channel(int64_t, int64_t) const { return {}; }
+};
+
+// The value as it is.
+struct CopyValues : StatelessValues {
   template <typename Raw>
   __device__ Raw operator()(Channel, Raw v) const { return v; }
 };
 
 // A float32 value rounded to TF32 (the wgmma kernels' float32 operands).
-struct RoundTf32Values {
-  static constexpr bool kTileRuns = false;
-  struct Channel {};
-  __device__ Channel channel(int64_t, int64_t) const { return {}; }
+struct RoundTf32Values : StatelessValues {
   __device__ uint32_t operator()(Channel, uint32_t v) const { return to_tf32(__uint_as_float(v)); }
 };
 
