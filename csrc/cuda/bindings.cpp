@@ -36,6 +36,15 @@ void check_launch(cudaError_t err, const char* op) {
   TORCH_CHECK(err == cudaSuccess, std::string("myops::") + op + ": CUDA kernel launch failed: " + cudaGetErrorString(err));
 }
 
+// For the launchers that may refuse a shape their grid cannot cover: false where the launcher
+// refused it before any launch (cudaErrorInvalidConfiguration; the caller then falls back), true
+// where the kernel was launched; any other error throws.
+bool launched_unless_refused(cudaError_t err, const char* op) {
+  if (err == cudaErrorInvalidConfiguration) return false;
+  check_launch(err, op);
+  return true;
+}
+
 const void* ptr_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
 
 at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
@@ -106,8 +115,7 @@ std::optional<at::Tensor> try_channels_last_copy(const char* op, const at::Tenso
   const cudaError_t err = cuda::stage_channels_last_input(src.const_data_ptr(), staged.data_ptr(),
                                                           kernel_dtype(src.scalar_type()), N, C, HW, channels_last,
                                                           round_tf32, stream);
-  if (err == cudaErrorInvalidConfiguration) return std::nullopt;  // refused before any launch
-  check_launch(err, op);
+  if (!launched_unless_refused(err, op)) return std::nullopt;
   return staged;
 }
 
@@ -127,9 +135,7 @@ at::Tensor contiguous_nchw(const char* op, const at::Tensor& t) {
   const auto [N, C, HW] = n_c_hw(t);
   const cudaError_t err = cuda::unstage_channels_last(t.const_data_ptr(), out.data_ptr(), kernel_dtype(t.scalar_type()),
                                                       N, C, HW, at::cuda::getCurrentCUDAStream());
-  if (err == cudaErrorInvalidConfiguration) return t.contiguous();  // refused before any launch
-  check_launch(err, op);
-  return out;
+  return launched_unless_refused(err, op) ? out : t.contiguous();
 }
 
 // An op's result `out` (contiguous NCHW, as our kernels write it) in the input's memory format
@@ -361,8 +367,7 @@ std::optional<at::Tensor> group_norm_nhwc(const char* op, const at::Tensor& x, i
   at::Tensor moments = at::empty({N, C, tiles, 3}, x.options().dtype(compute_dtype(x.scalar_type())));
   const cudaError_t err = cuda::nhwc_channel_moments(x.const_data_ptr(), dtype, N, C, HW, tiles, moments.data_ptr(),
                                                      stream, pre);
-  if (err == cudaErrorInvalidConfiguration) return std::nullopt;
-  check_launch(err, op);
+  if (!launched_unless_refused(err, op)) return std::nullopt;
   const GroupStats s = group_stats_from_partials(op, moments, num_groups, eps);
   at::Tensor out = at::empty_like(x, x.options(), format);
   const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
@@ -569,10 +574,7 @@ at::Tensor normalised_output(const char* op, GeluGroupStats& r, int64_t num_grou
         r.out.const_data_ptr(), out.data_ptr(), kernel_dtype(r.out.scalar_type()), N, C, HW, num_groups,
         r.stats.mean.const_data_ptr<double>(), r.stats.rstd.const_data_ptr<double>(), ptr_or_null(gamma),
         ptr_or_null(beta), at::cuda::getCurrentCUDAStream(), r.pending);
-    if (err != cudaErrorInvalidConfiguration) {  // else refused before any launch: the in-place pass
-      check_launch(err, op);
-      return out;
-    }
+    if (launched_unless_refused(err, op)) return out;  // else the in-place pass below
   }
   group_norm_apply(op, r.out, r.out, num_groups, r.stats.mean, r.stats.rstd, gn_weight, gn_bias, r.pending);
   return in_output_format(op, r.out, input);
