@@ -15,7 +15,8 @@ int64_t nhwc_moment_tiles(int64_t HW);
 
 // (count, mean, M2) of each (n, c) over pixel tiles of contiguous x [N, HW, C] read through pre:
 // moments [N][C][tiles][3] (float; double for float64), the conv epilogue's tile-partials layout
-// that group_norm_stats_from_tiles reduces per group in a fixed order.
+// that group_norm_stats_from_tiles reduces per group in a fixed order. cudaErrorInvalidConfiguration,
+// before any launch, where the grid cannot cover the channels.
 cudaError_t nhwc_channel_moments(const void* x, DType dtype, int64_t N, int64_t C, int64_t HW, int64_t tiles,
                                  void* moments, cudaStream_t stream, PreGelu pre = {});
 

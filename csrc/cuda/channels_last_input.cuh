@@ -9,6 +9,8 @@ namespace cuda {
 
 // x: contiguous [N, C, H, W] (source_channels_last false) or contiguous [N, H, W, C] (true);
 // y: contiguous [N, H, W, C], the same values (float32: rounded to TF32 when round_tf32).
+// cudaErrorInvalidConfiguration, before any launch, where the transposes' grid cannot cover the
+// shape (over ~2 M channels per image).
 cudaError_t stage_channels_last_input(const void* x, void* y, DType dtype, int64_t N, int64_t C, int64_t HW,
                                       bool source_channels_last, bool round_tf32, cudaStream_t stream);
 
