@@ -121,8 +121,8 @@ std::optional<at::Tensor> try_channels_last_copy(const char* op, const at::Tenso
 
 at::Tensor channels_last_copy(const char* op, const at::Tensor& input, bool round_tf32, cudaStream_t stream) {
   std::optional<at::Tensor> staged = try_channels_last_copy(op, input, round_tf32, stream);
-  TORCH_CHECK(staged.has_value(), "myops.", op, ": argument 'input' of shape ", input.sizes(),
-              " has too many channels for the channels-last staging kernel");
+  MYOPS_CHECK_ARG(staged.has_value(), op, "input", "of shape ", input.sizes(),
+                  " has too many channels for the channels-last staging kernel");
   return *staged;
 }
 
@@ -553,8 +553,8 @@ at::Tensor conv_gelu_group_norm_channels_last(const char* op, const at::Tensor& 
   const at::Tensor pre_bias = contiguous_or_undefined(bias);
   std::optional<at::Tensor> out = group_norm_nhwc(op, conv, num_groups, eps, gn_weight, gn_bias,
                                                   output_memory_format(input), {true, approx, ptr_or_null(pre_bias)});
-  TORCH_CHECK(out.has_value(), "myops.", op, ": ", p.C_out, " output channels are too many for the channels-last "
-              "GroupNorm kernels");
+  MYOPS_CHECK_ARG(out.has_value(), op, "weight", "gives ", p.C_out,
+                  " output channels, too many for the channels-last GroupNorm kernels");
   return *out;
 }
 
