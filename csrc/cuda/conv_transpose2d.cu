@@ -289,6 +289,7 @@ namespace {
 
 ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_direct,
                    bool allow_few_channels, bool allow_mma, bool allow_wgmma, bool force_wgmma, bool allow_tma,
+                   bool allow_winograd,
                    ChannelsLastInput channels_last, WideTiles wide_tiles, int device_sm) {
   ConvPlan plan;
   const int64_t generic_weight_numel = p.C_in * p.C_out_g * p.kH * p.kW;  // the generic kernel's layout
@@ -313,7 +314,7 @@ ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     plan.prepared_numel = conv_wgmma_prepared_weight_numel(p, dtype);
     return plan;
   }
-  if (allow_mma) plan.tiling = conv_mma_tiling(p, dtype, fp32_math);
+  if (allow_mma) plan.tiling = conv_mma_tiling(p, dtype, fp32_math, allow_winograd);
   if (plan.tiling.mt > 0) {
     plan.engine = ConvEngine::Mma;
     plan.tiles_per_sample = conv_mma_tiles_per_sample(p, plan.tiling);
@@ -348,6 +349,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
   const bool allow_few_channels = plain_output && !env_flag("MYOPS_DISABLE_FEW_CHANNELS");
   const bool allow_mma = !env_flag("MYOPS_DISABLE_MMA"), allow_wgmma = !env_flag("MYOPS_DISABLE_WGMMA");
   const bool force_wgmma = env_flag("MYOPS_FORCE_WGMMA"), allow_tma = !env_flag("MYOPS_DISABLE_TMA");
+  const bool allow_winograd = !env_flag("MYOPS_DISABLE_WINOGRAD");
   // A channels-last input is the kernel's NHWC input as it is (16-bit) or after a rounding copy
   // (float32), which replaces the NCHW copy the other paths make of it.
   const ChannelsLastInput channels_last =
@@ -367,7 +369,8 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
   using Key = std::array<int64_t, 20>;
   const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
                 p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math),
-                allow_mma + 2 * allow_wgmma + 4 * force_wgmma + 8 * allow_direct + 16 * allow_tma + 32 * allow_few_channels,
+                allow_mma + 2 * allow_wgmma + 4 * force_wgmma + 8 * allow_direct + 16 * allow_tma + 32 * allow_few_channels +
+                    64 * allow_winograd,
                 static_cast<int64_t>(channels_last), static_cast<int64_t>(wide_tiles), device_sm};
   static std::mutex mutex;
   static std::map<Key, ConvPlan> cache;
@@ -377,7 +380,8 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     if (it != cache.end()) return it->second;
   }
   const ConvPlan plan =
-      make_plan(p, dtype, fp32_math, allow_direct, allow_few_channels, allow_mma, allow_wgmma, force_wgmma, allow_tma, channels_last,
+      make_plan(p, dtype, fp32_math, allow_direct, allow_few_channels, allow_mma, allow_wgmma, force_wgmma, allow_tma,
+                allow_winograd, channels_last,
                 wide_tiles, device_sm);
   const std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= 4096) cache.clear();  // bounded: a stream of new shapes cannot grow it forever

@@ -22,6 +22,16 @@ constexpr int kHaloPitch = 12;               // words
 constexpr int kFragWords = 128;              // one m16 A fragment for a warp: 32 lanes x 4 words
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr size_t kTwoBlocksSmem = 110 * 1024;  // two blocks per SM fit under this
+// Winograd rows: a block's 64 row pairs (128 output pixels); the epilogue first gathers the 4
+// components of each (channel, pair) in Ms[component][channel][pair], rows kWinoMsLd words apart
+// (8 channels apart = 8 banks: the quarter-warps' 8-pair stores fall in distinct banks).
+constexpr int kWinoPairs = kTilePx / 4;
+constexpr int kWinoMsLd = kWinoPairs + 1;
+constexpr int kWinoMsWords = 4 * 64 * kWinoMsLd;
+
+// The 3 row taps of a Winograd phase become 4 transformed rows: prepared-weight taps before a
+// phase (or of a group) scale by 4 / 3.
+__host__ __device__ inline int64_t winograd_taps(int64_t direct_taps) { return direct_taps / 3 * 4; }
 
 
 template <typename T>
@@ -69,6 +79,14 @@ struct SmemLayout {
 SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
   const PhaseMaxima most = phase_maxima(p, t.th, t.tw);
   SmemLayout s;
+  if (t.wino) {  // 4 transformed weight rows; 4 transformed halo planes of th / 2 pair rows
+    s.w_stage = static_cast<int>(winograd_taps(most.taps)) * t.mt * t.wm * kFragWords;
+    s.t_stage = 2 * t.th * most.halo_cols * kHaloPitch;
+    s.c_ld = kTilePx / 2 + 8;
+    const int pipeline = 2 * (s.w_stage + s.t_stage), epilogue = kWinoMsWords + 16 * t.mt * t.wm * s.c_ld;
+    s.bytes = 4 * static_cast<size_t>(std::max(pipeline, epilogue));
+    return s;
+  }
   s.w_stage = most.taps * t.mt * t.wm * kFragWords;
   s.t_stage = t.tn * most.halo * kHaloPitch;
   s.c_ld = kTilePx + 8;
@@ -82,7 +100,9 @@ SmemLayout smem_layout(const ConvTranspose2dParams& p, const MmaTiling& t) {
 // kFfma (float32 with TF32 off): the same staging with exact float32 operands and an FFMA
 // micro-tile per thread instead of mma.sync (8 pixels x 8 channels, see compute_ffma).
 // kUnitOutputs: the build for 1 x 1 outputs (the pointwise view: see conv_epilogue).
-template <typename T, int MT, int WM, bool kFfma, int kMinBlocks, bool kUnitOutputs>
+// kWino (FFMA mode, Winograd rows; MmaTiling::wino): the warps' 4 pixel columns become the 4
+// row components, each over all 64 row pairs of the tile.
+template <typename T, int MT, int WM, bool kFfma, int kMinBlocks, bool kUnitOutputs, bool kWino>
 __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     conv_mma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ wprep,
                     const T* __restrict__ bias, T* __restrict__ out, ConvTranspose2dParams p,
@@ -91,6 +111,8 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
   // blockIdx.z: a group of tl.tn images from n_base
   constexpr bool kF32 = std::is_same<T, float>::value;
   static_assert(!kFfma || (kF32 && MT == 2 && WM == 2), "the FFMA mode is float32, 64 channels, 8 warps");
+  static_assert(!kWino || (kFfma && !kUnitOutputs), "Winograd rows are an FFMA mode");
+  constexpr int kOutPx = kWino ? 2 * kWinoPairs : kTilePx;  // output pixels of a block's tile
   constexpr int kCh = chunk_channels<T>();
   constexpr int kThreads = 128 * WM, kBM16 = MT * WM, kBN = 16 * kBM16;
   constexpr int kPxPerThread = kMaxHalo / kThreads;  // halo pixels each thread stages per chunk
@@ -99,8 +121,9 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / kPxWarps, warp_n = warp % kPxWarps;
   // FFMA micro-tile: pixels ffma_px0 + 8 j and output channels ffma_ch0 + i of the block (i, j < 8);
-  // the 8 lanes of a quarter-warp take neighbouring pixels, the 4 quarter-warps 8 channels each
-  const int ffma_px0 = warp_n * kWarpPx + lane % 8, ffma_ch0 = warp_m * 32 + (lane / 8) * 8;
+  // the 8 lanes of a quarter-warp take neighbouring pixels, the 4 quarter-warps 8 channels each.
+  // Winograd rows: row pairs instead of pixels, component warp_n of each.
+  const int ffma_px0 = (kWino ? 0 : warp_n * kWarpPx) + lane % 8, ffma_ch0 = warp_m * 32 + (lane / 8) * 8;
 
   const int64_t n = n_base + int64_t(blockIdx.z) * tl.tn;
   const int images = static_cast<int>(min(static_cast<int64_t>(tl.tn), p.N - n));  // of this tile
@@ -109,9 +132,11 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
   const TileOrigin origin = locate_tile(phases, static_cast<int>(blockIdx.x), tl.th, tl.tw);
   const PhaseEntry& ph = phases.e[origin.phase];
   const int j0 = origin.j0, i0 = origin.i0;
-  const int cnt_h = ph.count_h, cnt_w = ph.count_w;
+  // Winograd rows: a warp walks the width taps of its component alone (one row of taps)
+  const int cnt_h = kWino ? 1 : ph.count_h, cnt_w = ph.count_w;
   const int step_h = ph.off_step_h, step_w = ph.off_step_w;
   const int taps = cnt_h * cnt_w, hcols = ph.hcols, hpx = ph.hrows * ph.hcols;
+  const int pair_rows = tl.th / 2;  // Winograd rows: of the tile
   const int tile_px = tl.th * tl.tw;  // per image
 
   // mma: acc[mt][nt] is the C fragment of m16 tile mt x n8 tile nt; FFMA: acc[i / 4][j][i % 4]
@@ -129,7 +154,11 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     const int64_t n_chunks = (p.C_in_g + kCh - 1) / kCh;
     const int64_t co16 = col_tiles * kBM16;  // m16 blocks per group in the prepared weight
     const int64_t tap_stride = n_chunks * co16 * kFragWords, chunk_stride = co16 * kFragWords;
-    const uint32_t* w_block = wprep + ((g * p.kH * p.kW + ph.tap_base) * n_chunks * co16 + ct * kBM16) * kFragWords;
+    // prepared taps of a group, before the phase, and this block copies per chunk
+    const int64_t group_taps = kWino ? winograd_taps(p.kH * p.kW) : p.kH * p.kW;
+    const int64_t phase_tap0 = kWino ? winograd_taps(ph.tap_base) : ph.tap_base;
+    const int block_taps = kWino ? 4 * cnt_w : taps;
+    const uint32_t* w_block = wprep + ((g * group_taps + phase_tap0) * n_chunks * co16 + ct * kBM16) * kFragWords;
     const Raw* x_group = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
     // stage s: weights at smem + s * w_stage, halo at smem + 2 * w_stage + s * t_stage
     auto w_stage = [&](int64_t s) { return smem + (s & 1) * sl.w_stage; };
@@ -158,11 +187,11 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     }
     Raw staged[kPxPerThread][kCh];
     int ch_valid = 0;  // channels of the chunk in flight that exist (the rest are zero padding)
-    auto load_halo = [&](int64_t chunk) {
+    auto load_direct_halo = [&](int64_t chunk) {
       ch_valid = static_cast<int>(min(static_cast<int64_t>(kCh), p.C_in_g - chunk * kCh));
       load_halo_planes(staged, x_group + chunk * kCh * HW, HW, ch_valid, ~0u, src);
     };
-    auto store_halo = [&](uint32_t* stage) {
+    auto store_direct_halo = [&](uint32_t* stage) {
 #pragma unroll
       for (int k = 0; k < kPxPerThread; ++k) {
         if (dst[k] < 0) continue;
@@ -178,11 +207,67 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
         d[1] = make_uint4(w[4], w[5], w[6], w[7]);
       }
     };
+    // Winograd rows: the halo holds 4 transformed planes of pair_rows x hcols pixels. Thread tid
+    // stages column wino_col of pair row wino_row, channels 4 wino_half .. + 3 of each chunk:
+    // the 4 input rows that pair's transform reads (the host keeps th * hcols <= 256 threads).
+    const int wino_half = tid % 2, wino_col = (tid / 2) % hcols, wino_row = tid / 2 / hcols;
+    const bool wino_stages = kWino && wino_row < pair_rows;
+    int wino_src[4];
+    unsigned wino_inside = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t ih = row0 + 2 * wino_row + r, iw = col0 + wino_col;
+      const bool in = wino_stages && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+      wino_src[r] = in ? static_cast<int>(ih * p.W + iw) : 0;
+      wino_inside |= unsigned(in) << r;
+    }
+    float wino_staged[4][4];
+    int wino_ch_valid = 0;  // of the thread's 4 channels (<= 0: none)
+    auto load_wino_halo = [&](int64_t chunk) {
+      const int64_t ch0 = chunk * kCh + 4 * wino_half;
+      wino_ch_valid = static_cast<int>(max(min(int64_t(4), p.C_in_g - ch0), int64_t(0)));
+      if (wino_ch_valid > 0)
+        load_halo_planes(wino_staged, reinterpret_cast<const float*>(x_group) + ch0 * HW, HW, wino_ch_valid,
+                         wino_inside, wino_src);
+    };
+    auto store_wino_halo = [&](uint32_t* stage) {
+      if (!wino_stages) return;
+      float d[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) d[r][c] = ((wino_inside >> r) & 1u) && c < wino_ch_valid ? wino_staged[r][c] : 0.f;
+      // F(2, 3) input transform of rows d0..d3: d0 - d2, d1 + d2, d2 - d1, d1 - d3
+      float* dst = reinterpret_cast<float*>(stage) + (wino_row * hcols + wino_col) * kHaloPitch + 4 * wino_half;
+      const int plane = pair_rows * hcols * kHaloPitch;
+      float4* q = reinterpret_cast<float4*>(dst);
+      q[0] = make_float4(d[0][0] - d[2][0], d[0][1] - d[2][1], d[0][2] - d[2][2], d[0][3] - d[2][3]);
+      q = reinterpret_cast<float4*>(dst + plane);
+      q[0] = make_float4(d[1][0] + d[2][0], d[1][1] + d[2][1], d[1][2] + d[2][2], d[1][3] + d[2][3]);
+      q = reinterpret_cast<float4*>(dst + 2 * plane);
+      q[0] = make_float4(d[2][0] - d[1][0], d[2][1] - d[1][1], d[2][2] - d[1][2], d[2][3] - d[1][3]);
+      q = reinterpret_cast<float4*>(dst + 3 * plane);
+      q[0] = make_float4(d[1][0] - d[3][0], d[1][1] - d[3][1], d[1][2] - d[3][2], d[1][3] - d[3][3]);
+    };
+    auto load_halo = [&](int64_t chunk) {
+      if constexpr (kWino) {
+        load_wino_halo(chunk);
+      } else {
+        load_direct_halo(chunk);
+      }
+    };
+    auto store_halo = [&](uint32_t* stage) {
+      if constexpr (kWino) {
+        store_wino_halo(stage);
+      } else {
+        store_direct_halo(stage);
+      }
+    };
     // kBM16 * 32 16-byte pieces per tap; thread tid copies piece tid % that of every
     // (kThreads / that)-th tap, walking the taps with pointer steps.
     constexpr int kPieces = kBM16 * 32, kTapStep = kThreads / kPieces;
     static_assert(kThreads % kPieces == 0, "weight copy layout");
-    const int first_tap = tid / kPieces, my_taps = (taps - first_tap + kTapStep - 1) / kTapStep;
+    const int first_tap = tid / kPieces, my_taps = (block_taps - first_tap + kTapStep - 1) / kTapStep;
     const uint32_t* w_next = w_block + first_tap * tap_stride + 4 * (tid % kPieces);  // of the next chunk
     const int64_t w_tap_step = kTapStep * tap_stride;
     const int dst_w0 = 4 * (tid % kPieces) + first_tap * kBM16 * kFragWords;
@@ -212,7 +297,11 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     int ffma_off[kFfma ? 8 : 1];
     if constexpr (kFfma) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) ffma_off[j] = halo_word(ffma_px0 + 8 * j);
+      for (int j = 0; j < 8; ++j) {
+        // Winograd rows: pairs past the tile's (discarded) read pair 0, inside the halo planes
+        const int m = ffma_px0 + 8 * j;
+        ffma_off[j] = kWino && m >= pair_rows * tl.tw ? 0 : halo_word(m);
+      }
     }
     // Taps in prepared order (t_h major); the halo shift of tap (t_h, t_w) is
     // ((cnt_h - 1 - t_h) * step_h * hcols + (cnt_w - 1 - t_w) * step_w) pixels, stepped here.
@@ -259,9 +348,12 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     // measured better than kG = 2 with the halo copied by 4-byte cp.async to free the staging
     // registers).
     constexpr int kG = kMinBlocks == 2 ? 1 : 2;
+    // Winograd rows: warp_n's component plane of the halo and its width taps' weights
+    const int comp_halo = kWino ? warp_n * pair_rows * hcols * kHaloPitch : 0;
+    const int comp_weights = kWino ? warp_n * cnt_w * kBM16 * kFragWords : 0;
     auto compute_ffma = [&](const uint32_t* halo, const uint32_t* wts) {
-      const float* wt = reinterpret_cast<const float*>(wts) + (ffma_ch0 / 16) * kFragWords + ffma_ch0 % 16;
-      const float* hx = reinterpret_cast<const float*>(halo) + shift_first / 4;
+      const float* wt = reinterpret_cast<const float*>(wts) + comp_weights + (ffma_ch0 / 16) * kFragWords + ffma_ch0 % 16;
+      const float* hx = reinterpret_cast<const float*>(halo) + comp_halo + shift_first / 4;
       int t_w = 0;
       for (int t = 0; t < taps; ++t) {
 #pragma unroll
@@ -314,7 +406,28 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
 
   // Accumulators -> Cs[channel][pixel] (the epilogue synchronises before reading it).
   float* Cs = reinterpret_cast<float*>(smem);
-  if constexpr (kFfma) {
+  if constexpr (kWino) {
+    // components -> Ms, then each (channel, pair) combined into its two rows of Cs (after Ms):
+    // F(2, 3) output transform, rows m0 + m1 + m2 and m1 - m2 - m3
+    float* Ms = Cs;
+    Cs += kWinoMsWords;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        Ms[(warp_n * kBN + ffma_ch0 + i) * kWinoMsLd + ffma_px0 + 8 * j] = acc[i / 4][j][i % 4];
+    __syncthreads();
+    const int pairs = pair_rows * tl.tw;
+    for (int e = tid; e < kBN * kWinoPairs; e += kThreads) {
+      const int c = e / kWinoPairs, q = e % kWinoPairs;
+      if (q >= pairs) continue;
+      const float* m = Ms + c * kWinoMsLd + q;
+      const float m0 = m[0], m1 = m[kBN * kWinoMsLd], m2 = m[2 * kBN * kWinoMsLd], m3 = m[3 * kBN * kWinoMsLd];
+      const int pr = q / tl.tw, col = q - pr * tl.tw;
+      Cs[c * sl.c_ld + 2 * pr * tl.tw + col] = m0 + m1 + m2;
+      Cs[c * sl.c_ld + (2 * pr + 1) * tl.tw + col] = m1 - m2 - m3;
+    }
+  } else if constexpr (kFfma) {
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -333,7 +446,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
   }
   const int tw = tl.tw;
   __shared__ int64_t pix_off[kTilePx];
-  conv_epilogue<T, kTilePx, kBN, kThreads, kUnitOutputs>(
+  conv_epilogue<T, kOutPx, kBN, kThreads, kUnitOutputs>(
       Cs, sl.c_ld, bias, out, p, ep, n, g, oc0, blockIdx.x, tiles_per_sample, images, tile_px,
       EpilogueThreads<>{static_cast<int>(threadIdx.x), pix_off}, [&](int m) -> int64_t {
         const int img = m / tile_px, r = (m - img * tile_px) / tw, c = m - img * tile_px - r * tw;
@@ -343,17 +456,40 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
       });
 }
 
+// The Winograd weight word of prepared tap `tap` (phases in order, then the 4 row components,
+// then the width taps): the phase's taps (t_h, t_w) for t_h = 0, 1, 2 read halo rows r + 2 - t_h
+// for output row r, so with g = (W2, W1, W0) the F(2, 3) weight transform gives the components
+// W2, (W0 + W1 + W2) / 2, (W0 - W1 + W2) / 2, W0 (exact float32 arithmetic).
+__device__ inline uint32_t winograd_weight_word(const float* w, const ConvTranspose2dParams& p, const PhaseTable& tab,
+                                                int64_t grp, int64_t icg, int64_t oc, int tap) {
+  int pi = 0;
+  while (pi + 1 < tab.n && tap >= winograd_taps(tab.e[pi + 1].tap_base)) ++pi;
+  const PhaseEntry& e = tab.e[pi];
+  const int t = tap - static_cast<int>(winograd_taps(e.tap_base)), comp = t / e.count_w;
+  const int kw = e.k0_w + (t - comp * e.count_w) * e.kstep_w;
+  float row[3];
+#pragma unroll
+  for (int t_h = 0; t_h < 3; ++t_h)
+    row[t_h] = __uint_as_float(weight_operand_word<float, false>(w, p, grp, icg, oc, e.k0_h + t_h * e.kstep_h, kw));
+  const float v = comp == 0   ? row[2]
+                  : comp == 1 ? (row[0] + row[1] + row[2]) * 0.5f
+                  : comp == 2 ? (row[0] - row[1] + row[2]) * 0.5f
+                              : row[0];
+  return __float_as_uint(v);
+}
+
 // weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][chunks][m16 blocks][lane][4]:
 // each 4-word group is the A fragment a lane passes to mma (rows = output channels, columns =
 // the chunk's input channels; float32 rounded to TF32, 16-bit types as pairs), zero padded.
-// The FFMA mode keeps the blocks but lays each out [input channel][16 output channels], exact.
-template <typename T, typename I, bool kFfma>
+// The FFMA mode keeps the blocks but lays each out [input channel][16 output channels], exact;
+// Winograd rows (kWino) hold the transformed taps (winograd_weight_word) in that layout.
+template <typename T, typename I, bool kFfma, bool kWino>
 __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __restrict__ wp,
                                           ConvTranspose2dParams p, PhaseTable phases, I n_chunks, I co16,
                                           I total) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
-  const I taps = static_cast<I>(p.kH * p.kW);
+  const I taps = static_cast<I>(kWino ? winograd_taps(p.kH * p.kW) : p.kH * p.kW);
   for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total; idx += I(gridDim.x) * blockDim.x) {
     const int word = static_cast<int>(idx % 4), lane = static_cast<int>((idx / 4) % 32);
     const int in_block = static_cast<int>(idx % kFragWords);  // FFMA: input channel * 16 + channel
@@ -363,15 +499,19 @@ __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __r
     const I chunk = rest % n_chunks;
     rest /= n_chunks;
     const I tap = rest % taps, grp = rest / taps;
-    int kh, kw;
-    phase_ordered_tap(phases, static_cast<int>(tap), kh, kw);
     const int64_t oc = int64_t(blk) * 16 + (kFfma ? in_block % 16 : lane / 4 + 8 * (word % 2));
     const int64_t k = kFfma ? in_block / 16 : kF32 ? lane % 4 + 4 * (word / 2) : 2 * (lane % 4) + 8 * (word / 2);
-    wp[idx] = weight_operand_word<T, !kFfma>(w, p, grp, int64_t(chunk) * kCh + k, oc, kh, kw);
+    if constexpr (kWino) {
+      wp[idx] = winograd_weight_word(w, p, phases, grp, int64_t(chunk) * kCh + k, oc, static_cast<int>(tap));
+    } else {
+      int kh, kw;
+      phase_ordered_tap(phases, static_cast<int>(tap), kh, kw);
+      wp[idx] = weight_operand_word<T, !kFfma>(w, p, grp, int64_t(chunk) * kCh + k, oc, kh, kw);
+    }
   }
 }
 
-template <typename T, int MT, int WM, bool kFfma = false, int kMinBlocks = 2>
+template <typename T, int MT, int WM, bool kFfma = false, int kMinBlocks = 2, bool kWino = false>
 cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* out,
                       const ConvTranspose2dParams& p, const MmaTiling& t, const ConvEpilogue& ep,
                       cudaStream_t stream) {
@@ -379,13 +519,17 @@ cudaError_t launch_mt(const void* x, const void* wprep, const void* bias, void* 
   const int64_t col_tiles = p.groups * ((p.C_out_g + 16 * MT * WM - 1) / (16 * MT * WM));
   const SmemLayout sl = smem_layout(p, t);
   auto run = [&](auto unit_outputs) {
-    return launch_conv_grid(conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks, decltype(unit_outputs)::value>, 128 * WM,
+    return launch_conv_grid(conv_mma_kernel<T, MT, WM, kFfma, kMinBlocks, decltype(unit_outputs)::value, kWino>, 128 * WM,
                             sl.bytes, stream, tiles, col_tiles, p.N, t.tn, static_cast<const T*>(x),
                             static_cast<const uint32_t*>(wprep), static_cast<const T*>(bias), static_cast<T*>(out),
                             p, ep, t, sl, phase_table(p, t.th, t.tw));
   };
-  // 1 x 1 outputs get their own build: its epilogue paths cost the others' registers (spills)
-  return p.OH * p.OW == 1 ? run(std::true_type{}) : run(std::false_type{});
+  // 1 x 1 outputs get their own build: its epilogue paths cost the others' registers (spills);
+  // Winograd tilings never have them (conv_mma_tiling)
+  if constexpr (!kWino) {
+    if (p.OH * p.OW == 1) return run(std::true_type{});
+  }
+  return run(std::false_type{});
 }
 
 template <typename T>
@@ -396,10 +540,14 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
   if (t.ffma) {
     if constexpr (kF32) {
       // two blocks per SM (the 128-register build) where their shared memory fits
-      if (t.mt == 2 && t.wm == 2)
-        return smem_layout(p, t).bytes <= kTwoBlocksSmem
-                   ? launch_mt<T, 2, 2, true, 2>(x, wprep, bias, out, p, t, ep, stream)
-                   : launch_mt<T, 2, 2, true, 1>(x, wprep, bias, out, p, t, ep, stream);
+      if (t.mt == 2 && t.wm == 2) {
+        const bool two_blocks = smem_layout(p, t).bytes <= kTwoBlocksSmem;
+        if (t.wino)
+          return two_blocks ? launch_mt<T, 2, 2, true, 2, true>(x, wprep, bias, out, p, t, ep, stream)
+                            : launch_mt<T, 2, 2, true, 1, true>(x, wprep, bias, out, p, t, ep, stream);
+        return two_blocks ? launch_mt<T, 2, 2, true, 2>(x, wprep, bias, out, p, t, ep, stream)
+                          : launch_mt<T, 2, 2, true, 1>(x, wprep, bias, out, p, t, ep, stream);
+      }
     }
     return cudaErrorInvalidValue;
   }
@@ -424,7 +572,53 @@ int images_per_tile(const ConvTranspose2dParams& p, const MmaTiling& t) {
   return static_cast<int>(std::max<int64_t>(tn, 1));
 }
 
-MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math) {
+// Whether every phase has 3 row taps one input row apart (k3 s1 d1, k6 s2 d1, ...): Winograd
+// rows apply, and the outputs are not 1 x 1 (their build has no Winograd form).
+static bool winograd_rows_apply(const ConvTranspose2dParams& p) {
+  if (p.OH * p.OW == 1) return false;
+  for (int64_t rh = 0; rh < p.sH; ++rh) {
+    const PhaseTaps t = phase_taps(rh, p.pH, p.dH, p.sH, p.kH);
+    if (t.count != 3 || t.off_step != 1) return false;
+  }
+  return true;
+}
+
+// The FFMA mode's Winograd tiling: th x tw outputs (th even) of 64 row pairs at most, the tile
+// width chosen by the mma cost model's terms (per warp one row of taps; the staged halo is 4
+// transformed planes); {} when nothing fits.
+static MmaTiling winograd_tiling(const ConvTranspose2dParams& p, int64_t OHmax, int64_t OWmax) {
+  MmaTiling best;
+  double best_cost = 0;
+  int64_t last_tw = -1;
+  const int64_t s0 = ceil_div(OWmax, kWinoPairs);  // the first split into columns that fits
+  for (int64_t s = s0; s < s0 + 64; ++s) {
+    const int64_t tw = ceil_div(OWmax, s);
+    if (tw == last_tw) continue;
+    last_tw = tw;
+    const int64_t th = 2 * std::min<int64_t>(kWinoPairs / tw, ceil_div(OHmax, 2));
+    MmaTiling cand{2, 2, static_cast<int>(th), static_cast<int>(tw)};
+    cand.ffma = cand.wino = true;
+    const PhaseMaxima most = phase_maxima(p, cand.th, cand.tw);
+    if (th * most.halo_cols > kConvThreads || smem_layout(p, cand).bytes > kMaxSmem ||
+        !phase_table_fits(p, cand.th, cand.tw))
+      continue;
+    double cost = 0;
+    for (int64_t rw = 0; rw < p.sW; ++rw)
+      for (int64_t rh = 0; rh < p.sH; ++rh) {
+        const PhaseTile ph = phase_tile(p, cand.th, cand.tw, rh, rw);
+        cost += static_cast<double>(ph.tiles) * (ph.tw.count * 30 * kPxWarps * 2 + 2 * th * ph.hcols);
+      }
+    cost *= tw % 8 == 0 ? 1.0 : 1.05;
+    if (best.mt == 0 || cost < best_cost) {
+      best = cand;
+      best_cost = cost;
+    }
+    if (tw <= 8) break;
+  }
+  return best;
+}
+
+MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_winograd) {
   // Strict float32 takes the FFMA mode (64-channel blocks only: narrower groups stay on the
   // generic kernel, whose 32-channel tile wastes less).
   const bool ffma = dtype == DType::F32 && fp32_math != Fp32Math::TF32;
@@ -432,6 +626,10 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
   const int64_t OHmax = phase_extent(p.OH, 0, p.sH), OWmax = phase_extent(p.OW, 0, p.sW);
   if (OHmax == 0 || OWmax == 0 || p.C_out_g == 0) return {1, 1, 1, 1};  // nothing to compute
   if (16 * p.H * p.W > 0x7fffffff) return {};  // halo offsets over a chunk's planes are 32-bit
+  if (ffma && allow_winograd && winograd_rows_apply(p)) {
+    const MmaTiling wino = winograd_tiling(p, OHmax, OWmax);
+    if (wino.mt > 0) return wino;
+  }
   // Cost model, per chunk of input channels and block (warp instructions): the mainloop's
   // per-tap fragment loads and MMAs, plus the halo staging (~1 per halo pixel); a tiling
   // that leaves one block per SM pays for the lost overlap.
@@ -482,6 +680,11 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
   return best;
 }
 
+// Prepared taps per group: kH * kW, or their Winograd rows.
+static int64_t prepared_taps(const ConvTranspose2dParams& p, const MmaTiling& t) {
+  return t.wino ? winograd_taps(p.kH * p.kW) : p.kH * p.kW;
+}
+
 int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p, const MmaTiling& t) {
   return phase_tiles_per_sample(p, t.th, t.tw);
 }
@@ -490,7 +693,7 @@ int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p, const MmaTilin
 int64_t conv_mma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype, const MmaTiling& t) {
   const int64_t ch = chunk_channels(dtype);
   const int64_t co16 = ceil_div(p.C_out_g, 16 * t.mt * t.wm) * t.mt * t.wm;
-  const int64_t words = p.groups * p.kH * p.kW * ceil_div(p.C_in_g, ch) * co16 * kFragWords;
+  const int64_t words = p.groups * prepared_taps(p, t) * ceil_div(p.C_in_g, ch) * co16 * kFragWords;
   return dtype == DType::F32 ? words : 2 * words;
 }
 
@@ -499,7 +702,7 @@ cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dt
                                     cudaStream_t stream) {
   const int64_t n_chunks = ceil_div(p.C_in_g, chunk_channels(dtype));
   const int64_t co16 = ceil_div(p.C_out_g, 16 * t.mt * t.wm) * t.mt * t.wm;
-  const int64_t total = p.groups * p.kH * p.kW * n_chunks * co16 * kFragWords;
+  const int64_t total = p.groups * prepared_taps(p, t) * n_chunks * co16 * kFragWords;
   if (total == 0) return cudaSuccess;
   uint32_t* wp = static_cast<uint32_t*>(prepared);
   const PhaseTable phases = phase_table(p, t.th, t.tw);
@@ -507,15 +710,17 @@ cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dt
     using T = decltype(tag);
     return dispatch_prepare_index(total, [&](auto index) {
       using I = decltype(index);
-      auto run = [&](auto ffma) {
-        prepare_mma_weight_kernel<T, I, decltype(ffma)::value><<<prepare_blocks(total), 256, 0, stream>>>(
-            static_cast<const T*>(weight), wp, p, phases, I(n_chunks), I(co16), I(total));
+      auto run = [&](auto ffma, auto wino) {
+        prepare_mma_weight_kernel<T, I, decltype(ffma)::value, decltype(wino)::value>
+            <<<prepare_blocks(total), 256, 0, stream>>>(static_cast<const T*>(weight), wp, p, phases, I(n_chunks),
+                                                        I(co16), I(total));
         return cudaGetLastError();
       };
       if constexpr (std::is_same<T, float>::value) {
-        if (t.ffma) return run(std::true_type{});
+        if (t.wino) return run(std::true_type{}, std::true_type{});
+        if (t.ffma) return run(std::true_type{}, std::false_type{});
       }
-      return run(std::false_type{});
+      return run(std::false_type{}, std::false_type{});
     });
   });
 }

@@ -9,6 +9,10 @@
 //    16-byte shared load per A fragment) and copied with cp.async; two stages.
 //  - FFMA mode (float32 with TF32 off, 64-channel blocks of 8 warps): the same staging with the
 //    float32 values kept exact, each thread an 8-pixel x 8-channel FFMA micro-tile.
+//  - Winograd rows (FFMA mode where every phase has 3 row taps one input row apart, e.g. k3 s1):
+//    F(2, 3) along the rows. Pairs of output rows from 4 transformed input rows and 4 transformed
+//    weight rows: 4 products per pair where direct taps take 6 (a third fewer FFMAs); each pair
+//    of warps accumulates one of the 4 components, combined in the epilogue.
 #include "cuda/launch.cuh"
 
 namespace myops {
@@ -23,9 +27,11 @@ struct MmaTiling {
   int tn = 1;          // images per tile (> 1 only when a tile covers a whole phase grid: small
                        // maps fill the block's 256 pixels from several images)
   bool ffma = false;   // float32 with TF32 off: exact operands, FFMA micro-tiles (mt 2, wm 2)
+  bool wino = false;   // FFMA mode with Winograd F(2, 3) rows: th even, th * tw <= 128, tn 1
 };
 
-MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math);
+// allow_winograd: the FFMA mode may take Winograd rows where the shape allows (off: A/B runs, tests).
+MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool allow_winograd);
 int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p, const MmaTiling& t);
 int64_t conv_mma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype, const MmaTiling& t);
 cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dtype,
