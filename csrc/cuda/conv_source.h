@@ -2,7 +2,7 @@
 // Whose transposed convolution a myops op runs: its own kernels or cuDNN's (at::conv_transpose2d,
 // under the same TF32 setting), the op's own epilogue passes following either way. Why: with TF32
 // off, cuDNN's strict algorithms do fewer multiply-adds than any direct GEMM on some shapes (H100:
-// L2_19, L2_11, L1_65 ran slower through our FFMA kernels than through eager PyTorch) while ours
+// L2_19's and L2_11's convs run slower through our FFMA kernels than through eager PyTorch) while ours
 // are 2-9x faster on others (L1_57, L1_75); and with tensor cores, cuDNN's channels-last kernels
 // beat ours on some layers (H100: the 4-tap stride-2 layers of decoders and GAN generators) and
 // lose on others (L2_19, L2_11). Nothing in the shape says which: the first call of each shape
