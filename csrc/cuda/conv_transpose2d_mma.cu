@@ -7,6 +7,7 @@
 #include "cuda/conv_common.cuh"
 #include "cuda/conv_transpose2d_mma.cuh"
 #include "cuda/conv_tile_geometry.cuh"
+#include "cuda/winograd_rows.cuh"
 
 namespace myops {
 namespace cuda {
@@ -28,10 +29,6 @@ constexpr size_t kTwoBlocksSmem = 110 * 1024;  // two blocks per SM fit under th
 constexpr int kWinoPairs = kTilePx / 4;
 constexpr int kWinoMsLd = kWinoPairs + 1;
 constexpr int kWinoMsWords = 4 * 64 * kWinoMsLd;
-
-// The 3 row taps of a Winograd phase become 4 transformed rows: prepared-weight taps before a
-// phase (or of a group) scale by 4 / 3.
-__host__ __device__ inline int64_t winograd_taps(int64_t direct_taps) { return direct_taps / 3 * 4; }
 
 
 template <typename T>
@@ -230,24 +227,21 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
         load_halo_planes(wino_staged, reinterpret_cast<const float*>(x_group) + ch0 * HW, HW, wino_ch_valid,
                          wino_inside, wino_src);
     };
-    auto store_wino_halo = [&](uint32_t* stage) {
-      if (!wino_stages) return;
-      float d[4][4];
+    auto store_wino_halo = [&](uint32_t* stage) {  // the 4 transformed rows, one plane each
+      if constexpr (kWino) {
+        if (!wino_stages) return;
+        float d[4][4], t[4][4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+        for (int r = 0; r < 4; ++r)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) d[r][c] = ((wino_inside >> r) & 1u) && c < wino_ch_valid ? wino_staged[r][c] : 0.f;
-      // F(2, 3) input transform of rows d0..d3: d0 - d2, d1 + d2, d2 - d1, d1 - d3
-      float* dst = reinterpret_cast<float*>(stage) + (wino_row * hcols + wino_col) * kHaloPitch + 4 * wino_half;
-      const int plane = pair_rows * hcols * kHaloPitch;
-      float4* q = reinterpret_cast<float4*>(dst);
-      q[0] = make_float4(d[0][0] - d[2][0], d[0][1] - d[2][1], d[0][2] - d[2][2], d[0][3] - d[2][3]);
-      q = reinterpret_cast<float4*>(dst + plane);
-      q[0] = make_float4(d[1][0] + d[2][0], d[1][1] + d[2][1], d[1][2] + d[2][2], d[1][3] + d[2][3]);
-      q = reinterpret_cast<float4*>(dst + 2 * plane);
-      q[0] = make_float4(d[2][0] - d[1][0], d[2][1] - d[1][1], d[2][2] - d[1][2], d[2][3] - d[1][3]);
-      q = reinterpret_cast<float4*>(dst + 3 * plane);
-      q[0] = make_float4(d[1][0] - d[3][0], d[1][1] - d[3][1], d[1][2] - d[3][2], d[1][3] - d[3][3]);
+          for (int c = 0; c < 4; ++c) d[r][c] = ((wino_inside >> r) & 1u) && c < wino_ch_valid ? wino_staged[r][c] : 0.f;
+        winograd_input_rows(d, t);
+        float* dst = reinterpret_cast<float*>(stage) + (wino_row * hcols + wino_col) * kHaloPitch + 4 * wino_half;
+        const int plane = pair_rows * hcols * kHaloPitch;
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          *reinterpret_cast<float4*>(dst + u * plane) = make_float4(t[u][0], t[u][1], t[u][2], t[u][3]);
+      }
     };
     auto load_halo = [&](int64_t chunk) {
       if constexpr (kWino) {
@@ -407,8 +401,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
   // Accumulators -> Cs[channel][pixel] (the epilogue synchronises before reading it).
   float* Cs = reinterpret_cast<float*>(smem);
   if constexpr (kWino) {
-    // components -> Ms, then each (channel, pair) combined into its two rows of Cs (after Ms):
-    // F(2, 3) output transform, rows m0 + m1 + m2 and m1 - m2 - m3
+    // components -> Ms, then each (channel, pair) combined into its two rows of Cs (after Ms)
     float* Ms = Cs;
     Cs += kWinoMsWords;
 #pragma unroll
@@ -422,10 +415,10 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
       const int c = e / kWinoPairs, q = e % kWinoPairs;
       if (q >= pairs) continue;
       const float* m = Ms + c * kWinoMsLd + q;
-      const float m0 = m[0], m1 = m[kBN * kWinoMsLd], m2 = m[2 * kBN * kWinoMsLd], m3 = m[3 * kBN * kWinoMsLd];
+      const float2 rows = winograd_output_rows(m[0], m[kBN * kWinoMsLd], m[2 * kBN * kWinoMsLd], m[3 * kBN * kWinoMsLd]);
       const int pr = q / tl.tw, col = q - pr * tl.tw;
-      Cs[c * sl.c_ld + 2 * pr * tl.tw + col] = m0 + m1 + m2;
-      Cs[c * sl.c_ld + (2 * pr + 1) * tl.tw + col] = m1 - m2 - m3;
+      Cs[c * sl.c_ld + 2 * pr * tl.tw + col] = rows.x;
+      Cs[c * sl.c_ld + (2 * pr + 1) * tl.tw + col] = rows.y;
     }
   } else if constexpr (kFfma) {
 #pragma unroll
@@ -457,9 +450,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
 }
 
 // The Winograd weight word of prepared tap `tap` (phases in order, then the 4 row components,
-// then the width taps): the phase's taps (t_h, t_w) for t_h = 0, 1, 2 read halo rows r + 2 - t_h
-// for output row r, so with g = (W2, W1, W0) the F(2, 3) weight transform gives the components
-// W2, (W0 + W1 + W2) / 2, (W0 - W1 + W2) / 2, W0 (exact float32 arithmetic).
+// then the width taps): winograd_weight of the phase's three row taps at that width tap.
 __device__ inline uint32_t winograd_weight_word(const float* w, const ConvTranspose2dParams& p, const PhaseTable& tab,
                                                 int64_t grp, int64_t icg, int64_t oc, int tap) {
   int pi = 0;
@@ -471,11 +462,7 @@ __device__ inline uint32_t winograd_weight_word(const float* w, const ConvTransp
 #pragma unroll
   for (int t_h = 0; t_h < 3; ++t_h)
     row[t_h] = __uint_as_float(weight_operand_word<float, false>(w, p, grp, icg, oc, e.k0_h + t_h * e.kstep_h, kw));
-  const float v = comp == 0   ? row[2]
-                  : comp == 1 ? (row[0] + row[1] + row[2]) * 0.5f
-                  : comp == 2 ? (row[0] - row[1] + row[2]) * 0.5f
-                              : row[0];
-  return __float_as_uint(v);
+  return __float_as_uint(winograd_weight(comp, row));
 }
 
 // weight [C_in][C_out_g][kH][kW] -> [groups][phase-ordered taps][chunks][m16 blocks][lane][4]:
