@@ -34,8 +34,8 @@ CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_paddi
     (1, 20, 64, 1, 18, 40, (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), True),   # ... 16-bit boxes, channel tail
     (2, 6, 20, 2, 9, 40, (3, 4), (2, 3), (1, 1), (0, 1), (1, 2), True),     # direct: several tiles
     (1, 12, 64, 1, 9, 11, (5, 5), (1, 1), (1, 2), (0, 0), (1, 1), True),   # strict: the one-block FFMA build
-    (1, 12, 64, 1, 9, 13, (3, 7), (1, 1), (1, 2), (0, 0), (1, 1), True),   # strict: Winograd rows, one-block build
-    (2, 10, 40, 1, 7, 9, (6, 3), (2, 1), (2, 1), (1, 0), (1, 1), False),   # ... two-block build, two phases
+    (1, 12, 64, 1, 9, 13, (3, 7), (1, 1), (1, 2), (0, 0), (1, 1), True),   # strict: Winograd rows
+    (2, 10, 40, 1, 7, 9, (6, 3), (2, 1), (2, 1), (1, 0), (1, 1), False),   # ... two phases (k6 s2)
     (2, 24, 3, 1, 9, 45, (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), True),    # few-channels (plain op): RGB head
     (1, 40, 2, 2, 7, 10, (5, 3), (3, 2), (2, 1), (1, 1), (2, 1), False),   # ... groups, stride 3, dilation
 ]

@@ -72,9 +72,8 @@ def test_winograd_rows_random_configs(device, strict_mma, monkeypatch):
 @pytest.mark.parametrize("shape", [(2, 64, 64, 40, 44, 3, 7), (1, 24, 96, 33, 29, 3, 3), (3, 64, 64, 17, 70, 6, 4)],
                          ids=["k3x7", "k3x3", "k6x4s2"])
 def test_winograd_rows_layers(device, shape, strict_mma, monkeypatch):
-    # larger maps: many tiles, partial last tiles in both directions, the kernel's one-block
-    # build (k3x7: its pipeline needs more shared memory than two blocks per SM leave) and the
-    # two-block build; the stride-2 case has two phases of 3 row taps each
+    # larger maps: many tiles, partial last tiles in both directions, 7 / 3 / 4 width taps (the
+    # pipeline's weight stage scales with them); the stride-2 case has two phases of 3 row taps each
     n, c_in, c_out, h, w_, k_h, k_w = shape
     s_h = k_h // 3
     x = torch.randn(n, c_in, h, w_, device=device)

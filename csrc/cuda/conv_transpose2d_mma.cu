@@ -526,14 +526,15 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
   constexpr bool kF32 = std::is_same<T, float>::value;
   if (t.ffma) {
     if constexpr (kF32) {
-      // two blocks per SM (the 128-register build) where their shared memory fits
+      // Winograd rows: the one-block build always (H100, session 66: L1_57 15.05 ms against 15.85
+      // with the two-block build, which spills 184 bytes at 128 registers; L2_19's conv 15.9
+      // against 16.5). Direct taps: two blocks per SM (the 128-register build) where their
+      // shared memory fits.
       if (t.mt == 2 && t.wm == 2) {
-        const bool two_blocks = smem_layout(p, t).bytes <= kTwoBlocksSmem;
-        if (t.wino)
-          return two_blocks ? launch_mt<T, 2, 2, true, 2, true>(x, wprep, bias, out, p, t, ep, stream)
-                            : launch_mt<T, 2, 2, true, 1, true>(x, wprep, bias, out, p, t, ep, stream);
-        return two_blocks ? launch_mt<T, 2, 2, true, 2>(x, wprep, bias, out, p, t, ep, stream)
-                          : launch_mt<T, 2, 2, true, 1>(x, wprep, bias, out, p, t, ep, stream);
+        if (t.wino) return launch_mt<T, 2, 2, true, 1, true>(x, wprep, bias, out, p, t, ep, stream);
+        return smem_layout(p, t).bytes <= kTwoBlocksSmem
+                   ? launch_mt<T, 2, 2, true, 2>(x, wprep, bias, out, p, t, ep, stream)
+                   : launch_mt<T, 2, 2, true, 1>(x, wprep, bias, out, p, t, ep, stream);
       }
     }
     return cudaErrorInvalidValue;
