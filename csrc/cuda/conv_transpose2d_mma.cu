@@ -560,6 +560,12 @@ int images_per_tile(const ConvTranspose2dParams& p, const MmaTiling& t) {
   return static_cast<int>(std::max<int64_t>(tn, 1));
 }
 
+// The tiling cost model's mainloop term: warp instructions of a block over one chunk of input
+// channels when each warp walks `taps` taps (the per-tap fragment loads and MMAs / FFMAs).
+static double mainloop_cost(int64_t taps, int mt, int wm) {
+  return static_cast<double>(taps) * (8 + 11 * mt) * kPxWarps * wm;
+}
+
 // Whether every phase has 3 row taps one input row apart (k3 s1 d1, k6 s2 d1, ...): Winograd
 // rows apply, and the outputs are not 1 x 1 (their build has no Winograd form).
 static bool winograd_rows_apply(const ConvTranspose2dParams& p) {
@@ -594,7 +600,8 @@ static MmaTiling winograd_tiling(const ConvTranspose2dParams& p, int64_t OHmax, 
     for (int64_t rw = 0; rw < p.sW; ++rw)
       for (int64_t rh = 0; rh < p.sH; ++rh) {
         const PhaseTile ph = phase_tile(p, cand.th, cand.tw, rh, rw);
-        cost += static_cast<double>(ph.tiles) * (ph.tw.count * 30 * kPxWarps * 2 + 2 * th * ph.hcols);
+        // a warp walks one row of taps; the staged halo is 4 planes of th / 2 rows
+        cost += static_cast<double>(ph.tiles) * (mainloop_cost(ph.tw.count, cand.mt, cand.wm) + 2 * th * ph.hcols);
       }
     cost *= tw % 8 == 0 ? 1.0 : 1.05;
     if (best.mt == 0 || cost < best_cost) {
@@ -649,7 +656,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
           const int64_t taps = ph.th.count * ph.tw.count;
           if (taps > 0 && cand.tn * ph.hrows * ph.hcols > kMaxHalo) fits = false;
           cost += static_cast<double>(ph.tiles) *
-                  (taps * (8 + 11 * mt) * kPxWarps * wm + (taps > 0 ? cand.tn * ph.hrows * ph.hcols : 0));
+                  (mainloop_cost(taps, mt, wm) + (taps > 0 ? cand.tn * ph.hrows * ph.hcols : 0));
         }
       cost *= static_cast<double>(ceil_div(p.N, cand.tn));
       const size_t smem = smem_layout(p, cand).bytes;
