@@ -30,6 +30,12 @@ constexpr int kWinoPairs = kTilePx / 4;
 constexpr int kWinoMsLd = kWinoPairs + 1;
 constexpr int kWinoMsWords = 4 * 64 * kWinoMsLd;
 
+// Prepared-weight taps for `direct_taps` kernel taps (a group's kH * kW, or those before a
+// phase): the same, or their Winograd rows. The kernels and the host size the buffer with it.
+__host__ __device__ inline int64_t prepared_taps(int64_t direct_taps, bool wino) {
+  return wino ? winograd_taps(direct_taps) : direct_taps;
+}
+
 
 template <typename T>
 __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -152,8 +158,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     const int64_t co16 = col_tiles * kBM16;  // m16 blocks per group in the prepared weight
     const int64_t tap_stride = n_chunks * co16 * kFragWords, chunk_stride = co16 * kFragWords;
     // prepared taps of a group, before the phase, and this block copies per chunk
-    const int64_t group_taps = kWino ? winograd_taps(p.kH * p.kW) : p.kH * p.kW;
-    const int64_t phase_tap0 = kWino ? winograd_taps(ph.tap_base) : ph.tap_base;
+    const int64_t group_taps = prepared_taps(p.kH * p.kW, kWino), phase_tap0 = prepared_taps(ph.tap_base, kWino);
     const int block_taps = kWino ? 4 * cnt_w : taps;
     const uint32_t* w_block = wprep + ((g * group_taps + phase_tap0) * n_chunks * co16 + ct * kBM16) * kFragWords;
     const Raw* x_group = reinterpret_cast<const Raw*>(x) + (n * p.C_in + g * p.C_in_g) * HW;
@@ -476,7 +481,7 @@ __global__ void prepare_mma_weight_kernel(const T* __restrict__ w, uint32_t* __r
                                           I total) {
   constexpr bool kF32 = std::is_same<T, float>::value;
   constexpr int kCh = chunk_channels<T>();
-  const I taps = static_cast<I>(kWino ? winograd_taps(p.kH * p.kW) : p.kH * p.kW);
+  const I taps = static_cast<I>(prepared_taps(p.kH * p.kW, kWino));
   for (I idx = blockIdx.x * I(blockDim.x) + threadIdx.x; idx < total; idx += I(gridDim.x) * blockDim.x) {
     const int word = static_cast<int>(idx % 4), lane = static_cast<int>((idx / 4) % 32);
     const int in_block = static_cast<int>(idx % kFragWords);  // FFMA: input channel * 16 + channel
@@ -675,11 +680,6 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
   return best;
 }
 
-// Prepared taps per group: kH * kW, or their Winograd rows.
-static int64_t prepared_taps(const ConvTranspose2dParams& p, const MmaTiling& t) {
-  return t.wino ? winograd_taps(p.kH * p.kW) : p.kH * p.kW;
-}
-
 int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p, const MmaTiling& t) {
   return phase_tiles_per_sample(p, t.th, t.tw);
 }
@@ -688,7 +688,7 @@ int64_t conv_mma_tiles_per_sample(const ConvTranspose2dParams& p, const MmaTilin
 int64_t conv_mma_prepared_weight_numel(const ConvTranspose2dParams& p, DType dtype, const MmaTiling& t) {
   const int64_t ch = chunk_channels(dtype);
   const int64_t co16 = ceil_div(p.C_out_g, 16 * t.mt * t.wm) * t.mt * t.wm;
-  const int64_t words = p.groups * prepared_taps(p, t) * ceil_div(p.C_in_g, ch) * co16 * kFragWords;
+  const int64_t words = p.groups * prepared_taps(p.kH * p.kW, t.wino) * ceil_div(p.C_in_g, ch) * co16 * kFragWords;
   return dtype == DType::F32 ? words : 2 * words;
 }
 
@@ -697,7 +697,7 @@ cudaError_t conv_mma_prepare_weight(const void* weight, void* prepared, DType dt
                                     cudaStream_t stream) {
   const int64_t n_chunks = ceil_div(p.C_in_g, chunk_channels(dtype));
   const int64_t co16 = ceil_div(p.C_out_g, 16 * t.mt * t.wm) * t.mt * t.wm;
-  const int64_t total = p.groups * prepared_taps(p, t) * n_chunks * co16 * kFragWords;
+  const int64_t total = p.groups * prepared_taps(p.kH * p.kW, t.wino) * n_chunks * co16 * kFragWords;
   if (total == 0) return cudaSuccess;
   uint32_t* wp = static_cast<uint32_t*>(prepared);
   const PhaseTable phases = phase_table(p, t.th, t.tw);
