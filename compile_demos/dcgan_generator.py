@@ -32,7 +32,7 @@ def main():
     model = Generator().to(args.device, dtype)
     z = torch.randn(n, 100, 1, 1, device=args.device, dtype=dtype)
     print(f"DCGAN generator, latent {tuple(z.shape)} {args.dtype} on {args.device}")
-    compare(model, z, args.device, args.reps, measure=args.measure)
+    compare(model, z, args.device, args.reps, measure=args.measure, profile=args.profile)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ def parse_args(description):
     p.add_argument("--reps", type=int, default=None)
     p.add_argument("--measure", action="store_true",
                    help="myops.compile.enable(measure=True): rewrite only chains timed faster than eager")
+    p.add_argument("--profile", action="store_true", help="print the CUDA kernels of each row (torch.profiler)")
     return p.parse_args()
 
 
@@ -65,7 +66,7 @@ def _profile(rows):
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
 
 
-def compare(model, x, device, reps=None, extra_rows=(), measure=False):
+def compare(model, x, device, reps=None, extra_rows=(), measure=False, profile=False):
     """Prints replacements, max |err| against a float64 eager reference, and median timings, two
     ways on a GPU: each call from an idle GPU (the host's dispatch before the first kernel
     counted), and calls queued back to back (GPU time, as in a loop whose host runs ahead).
@@ -84,7 +85,7 @@ def compare(model, x, device, reps=None, extra_rows=(), measure=False):
         for name in rows:
             line = f"{name:52s} max |err| vs float64 {errors[name]:.2e}   median {idle[name]:9.3f} ms"
             print(line + (f"   queued {queued[name]:9.3f} ms" if queued else ""))
-        if os.environ.get("MYOPS_DEMO_PROFILE") and device == "cuda":
+        if profile and device == "cuda":
             _profile(rows)
         speedup = idle["torch.compile (Inductor)"] / idle["torch.compile + myops"]
         line = f"torch.compile + myops vs plain torch.compile: {speedup:.2f}x"

@@ -17,7 +17,7 @@ def main():
     torch.manual_seed(0)
     case = build("L2_19", args.device, getattr(torch, args.dtype))
     print(f"block: {case.module}\ninput: {tuple(case.input.shape)} {args.dtype} on {args.device}")
-    compare(case.module, case.input, args.device, args.reps, measure=args.measure,
+    compare(case.module, case.input, args.device, args.reps, measure=args.measure, profile=args.profile,
             extra_rows=[("torch.ops.myops.conv_transpose2d_gelu_group_norm", lambda: case.myops_fn(case.input))])
 
 

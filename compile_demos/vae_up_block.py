@@ -28,7 +28,7 @@ def main():
     model = UpBlock(128, 128).to(args.device, dtype)
     x = torch.randn(n, 128, hw, hw, device=args.device, dtype=dtype)
     print(f"VAE up-block, input {tuple(x.shape)} {args.dtype} on {args.device}")
-    compare(model, x, args.device, args.reps, measure=args.measure)
+    compare(model, x, args.device, args.reps, measure=args.measure, profile=args.profile)
 
 
 if __name__ == "__main__":

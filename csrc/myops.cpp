@@ -4,7 +4,53 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include <cstring>
+
 #include "autograd_entry.h"
+#include "common/options.h"
+
+namespace {
+
+// index of option `name`, or -1 with a Python KeyError set
+int option_index(const char* name) {
+  for (int i = 0; myops::option_name(i) != nullptr; ++i)
+    if (std::strcmp(myops::option_name(i), name) == 0) return i;
+  PyErr_Format(PyExc_KeyError, "myops.backends: no option '%s'", name);
+  return -1;
+}
+
+PyObject* option_names(PyObject*, PyObject*) {
+  PyObject* names = PyList_New(0);
+  for (int i = 0; names != nullptr && myops::option_name(i) != nullptr; ++i) {
+    PyObject* name = PyUnicode_FromString(myops::option_name(i));
+    if (name == nullptr || PyList_Append(names, name) != 0) {
+      Py_XDECREF(name);
+      Py_DECREF(names);
+      return nullptr;
+    }
+    Py_DECREF(name);
+  }
+  return names;
+}
+
+PyObject* get_option(PyObject*, PyObject* args) {
+  const char* name = nullptr;
+  if (!PyArg_ParseTuple(args, "s", &name)) return nullptr;
+  const int i = option_index(name);
+  return i < 0 ? nullptr : PyLong_FromLong(myops::option(static_cast<myops::Option>(i)));
+}
+
+PyObject* set_option(PyObject*, PyObject* args) {
+  const char* name = nullptr;
+  int value = 0;
+  if (!PyArg_ParseTuple(args, "si", &name, &value)) return nullptr;
+  const int i = option_index(name);
+  if (i < 0) return nullptr;
+  myops::set_option(static_cast<myops::Option>(i), value);
+  Py_RETURN_NONE;
+}
+
+}  // namespace
 
 extern "C" {
 // Importing myops._C runs the static registrations below; the module's one function hands the
@@ -13,6 +59,9 @@ PyObject* PyInit__C(void) {
   static PyMethodDef methods[] = {
       {"_set_autograd_formula", myops_set_autograd_formula, METH_VARARGS,
        "_set_autograd_formula(name, fn): the Python autograd kernel for calls of op `name` that need a gradient"},
+      {"_option_names", option_names, METH_NOARGS, "the names of the runtime options (myops.backends)"},
+      {"_get_option", get_option, METH_VARARGS, "_get_option(name) -> int"},
+      {"_set_option", set_option, METH_VARARGS, "_set_option(name, value)"},
       {nullptr, nullptr, 0, nullptr}};
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
   return PyModule_Create(&module_def);

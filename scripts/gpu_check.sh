@@ -32,13 +32,13 @@ step pytest python3 -m pytest tests -q -p no:cacheprovider
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step racecheck compute-sanitizer --tool racecheck --kernel-name kns=myops --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only --ours-only
 # the Hopper kernel on every case it can run, and the mma.sync kernel alone
-step memcheck_wgmma env MYOPS_FORCE_WGMMA=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
-step racecheck_wgmma env MYOPS_FORCE_WGMMA=1 compute-sanitizer --tool racecheck --kernel-name kns=myops --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only --ours-only
+step memcheck_wgmma compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py --kernel wgmma
+step racecheck_wgmma compute-sanitizer --tool racecheck --kernel-name kns=myops --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only --ours-only --kernel wgmma
 # the Hopper kernel with its input staged channels-last (TMA boxes straight into the stages)
-step memcheck_nhwc env MYOPS_FORCE_WGMMA=1 MYOPS_FORCE_NHWC_STAGING=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
-step racecheck_nhwc env MYOPS_FORCE_WGMMA=1 MYOPS_FORCE_NHWC_STAGING=1 compute-sanitizer --tool racecheck --kernel-name kns=myops --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only --ours-only
-step memcheck_mma env MYOPS_DISABLE_WGMMA=1 compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
-# repeated L2_19 calls, bit for bit: the overlapped GroupNorm pass and the conv (a race found in session 53)
+step memcheck_nhwc compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py --kernel wgmma_nhwc
+step racecheck_nhwc compute-sanitizer --tool racecheck --kernel-name kns=myops --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only --ours-only --kernel wgmma_nhwc
+step memcheck_mma compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py --kernel no_wgmma
+# repeated seed-chain calls, bit for bit: the overlapped GroupNorm pass beside the conv
 step repeat_l2_19 python3 scripts/follower_race_repro.py 100
 step demo_seed_block python3 compile_demos/seed_block.py
 step demo_vae_up_block python3 compile_demos/vae_up_block.py

@@ -1,20 +1,26 @@
 """Small CUDA calls of every op for compute-sanitizer (memcheck / racecheck); checks results too."""
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-import myops  # noqa: F401
+import myops
+import myops.backends
 
 fused_only = "--fused-only" in sys.argv
+# --kernel NAME: the conv engines' options for the whole run (the choice as shipped without it)
+KERNEL_OPTIONS = {"wgmma": {"force_wgmma": True},  # the Hopper engine on every case it can run
+                  "wgmma_nhwc": {"force_wgmma": True, "nhwc_staging": "always"},  # its input staged NHWC
+                  "no_wgmma": {"wgmma": False}}  # the mma.sync engine where the Hopper one would run
+if "--kernel" in sys.argv:
+    myops.backends.set_options(**KERNEL_OPTIONS[sys.argv[sys.argv.index("--kernel") + 1]])
 # --ours-only: skip the cases whose conv is cuDNN's. Racecheck is for our kernels (run it with
 # --kernel-name kns=myops); on cuDNN's float32 channels-last conv it stops with "Internal Sanitizer
-# Error: failed to handle a hardware exception" (H100, compute-sanitizer of CUDA 13.0, session 42).
+# Error: failed to handle a hardware exception" (H100, compute-sanitizer of CUDA 13.0).
 ours_only = "--ours-only" in sys.argv
 # the fused op's normalise pass alongside the conv runs by default only on large shapes: forced
 # here (3 follower blocks) so that the sanitizers see it, unless the caller chose
-os.environ.setdefault("MYOPS_GN_FOLLOWERS", "3")
+myops.backends.set_options(gn_followers=3)
 dev = "cuda"
 torch.manual_seed(0)
 CONFIGS = [  # (N, C_in, C_out_g, groups, H, W, k, stride, padding, output_padding, dilation, bias)
@@ -50,7 +56,7 @@ for dtype, tf32, source in ((torch.float32, True, "myops"), (torch.float32, Fals
     if ours_only and source == "cudnn":
         continue
     torch.backends.cudnn.allow_tf32 = tf32
-    os.environ["MYOPS_CONV_SOURCE"] = source
+    myops.backends.set_options(conv_source=source)
     for n, cin, cog, g, h, w, k, s, p, op, d, has_b in CONFIGS:
         print(f"{dtype} tf32={tf32} {source}: {(n, cin, cog, g, h, w, k, s, p, op, d, has_b)}", flush=True)
         x = torch.randn(n, cin, h, w, device=dev, dtype=dtype)

@@ -4,6 +4,8 @@ import random
 import torch
 import torch.nn.functional as F
 
+import myops.backends
+
 # Relative tolerance of an op's output against a float64 reference computed from the same
 # (already rounded) inputs. float16 / bfloat16 outputs are rounded once; TF32 rounds the operands.
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
@@ -185,24 +187,24 @@ def random_few_channels_conv_config(rng: random.Random):
 # kernel (plain calls with <= 4 output channels per group then take the others). "wgmma_wide*":
 # as "wgmma*", with 16-bit calls on 8 x 32-pixel tiles wherever they fit (shipped for plain convs
 # with few taps), "wgmma_standard" with 16 x 16 tiles only.
-CONV_KERNEL_SWITCHES = {"default": {}, "mma": {"MYOPS_DISABLE_WGMMA": "1", "MYOPS_DISABLE_DIRECT": "1",
-                                                "MYOPS_DISABLE_FEW_CHANNELS": "1"},
-                        "wgmma": {"MYOPS_FORCE_WGMMA": "1"},
-                        "wgmma_no_tma": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_DISABLE_TMA": "1"},
-                        "wgmma_nhwc": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_FORCE_NHWC_STAGING": "1"},
-                        "wgmma_wide": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_WGMMA_WIDE": "1"},
-                        "wgmma_wide_no_tma": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_WGMMA_WIDE": "1", "MYOPS_DISABLE_TMA": "1"},
-                        "wgmma_wide_nhwc": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_WGMMA_WIDE": "1",
-                                            "MYOPS_FORCE_NHWC_STAGING": "1"},
-                        "wgmma_standard": {"MYOPS_FORCE_WGMMA": "1", "MYOPS_WGMMA_WIDE": "0"},
-                        "generic": {"MYOPS_DISABLE_MMA": "1", "MYOPS_DISABLE_DIRECT": "1",
-                                    "MYOPS_DISABLE_FEW_CHANNELS": "1"},
-                        "no_few_channels": {"MYOPS_DISABLE_FEW_CHANNELS": "1"}}
+CONV_KERNEL_OPTIONS = {
+    "default": {},
+    "mma": {"wgmma": False, "direct": False, "few_channels": False},
+    "wgmma": {"force_wgmma": True},
+    "wgmma_no_tma": {"force_wgmma": True, "tma": False},
+    "wgmma_nhwc": {"force_wgmma": True, "nhwc_staging": "always"},
+    "wgmma_wide": {"force_wgmma": True, "wide_tiles": "always"},
+    "wgmma_wide_no_tma": {"force_wgmma": True, "wide_tiles": "always", "tma": False},
+    "wgmma_wide_nhwc": {"force_wgmma": True, "wide_tiles": "always", "nhwc_staging": "always"},
+    "wgmma_standard": {"force_wgmma": True, "wide_tiles": "never"},
+    "generic": {"mma": False, "direct": False, "few_channels": False},
+    "no_few_channels": {"few_channels": False},
+}
 
 
-def set_conv_kernel(monkeypatch, kernel):
-    for name, value in CONV_KERNEL_SWITCHES[kernel].items():
-        monkeypatch.setenv(name, value)
+def set_conv_kernel(kernel):
+    """Options of CONV_KERNEL_OPTIONS[kernel] through myops.backends (conftest undoes them)."""
+    myops.backends.set_options(**CONV_KERNEL_OPTIONS[kernel])
 
 
 def make_conv_inputs(cfg, dtype, device, requires_grad=False):

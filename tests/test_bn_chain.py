@@ -167,7 +167,7 @@ def test_training_steps_match_modules_gradients_and_buffers(device, momentum):
 
 
 # The batch statistics reduce each channel's (image, tile) partials; on CUDA a cluster of blocks
-# may share a channel (one per 2048 entries, up to 8; MYOPS_STATS_BLOCKS forces a count).
+# may share a channel (one per 2048 entries, up to 8; the bn_stats_blocks option forces a count).
 # Compared with float64 statistics of the op's own output, over batch sizes and forced clusters.
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", [3, 300, 1100, 2100])
@@ -177,8 +177,8 @@ def test_batch_statistics_match_float64_of_the_output(device, n, dtype, monkeypa
     x = torch.randn(n, 4, 6, 6, device=device, dtype=dtype)
     w = torch.randn(4, 5, 3, 3, device=device, dtype=dtype) * 0.5
     b = torch.randn(5, device=device, dtype=dtype) + 3  # a mean well off zero
-    for blocks in ["", "3", "8"] if device == "cuda" else [""]:
-        monkeypatch.setenv("MYOPS_STATS_BLOCKS", blocks)
+    for blocks in [None, 3, 8] if device == "cuda" else [None]:
+        myops.backends.set_options(bn_stats_blocks=blocks)
         out, mean, var = torch.ops.myops.conv_transpose2d_channel_stats(x, w, b, [1, 1], [0, 0], [0, 0], 1, [1, 1])
         ref_var, ref_mean = torch.var_mean(out.double(), dim=(0, 2, 3), unbiased=False)
         rtol = 1e-12 if dtype == torch.float64 else 1e-5
@@ -235,8 +235,7 @@ def test_gradcheck_one_call_op(training):
 # channels-last), the one-call op's intermediate holds each window's max, or min by the sign of
 # BatchNorm's weight, a window split by the 17-row tiles (rows 16 / 17, 50 / 51) as two halves.
 # The result must be bit-identical to the two ops' (tanh(BN) of the window maximum either way).
-WINDOW_INPUT_PATHS = {"default": {}, "registers": {"MYOPS_DISABLE_NHWC_STAGING": "1"},
-                      "nhwc": {"MYOPS_FORCE_NHWC_STAGING": "1"}}
+WINDOW_INPUT_PATHS = {"default": {}, "registers": {"nhwc_staging": "never"}, "nhwc": {"nhwc_staging": "always"}}
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
@@ -246,8 +245,7 @@ WINDOW_INPUT_PATHS = {"default": {}, "registers": {"MYOPS_DISABLE_NHWC_STAGING":
 @pytest.mark.parametrize("height", [32, 49], ids=["34_rows", "51_rows"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_window_stored_intermediate_matches_two_ops_exactly(dtype, path, width, height, training, monkeypatch):
-    for k, v in WINDOW_INPUT_PATHS[path].items():
-        monkeypatch.setenv(k, v)
+    myops.backends.set_options(**WINDOW_INPUT_PATHS[path])
     torch.manual_seed(0)
     dev = "cuda"
     c_in, c_out = 64, 128
@@ -286,7 +284,7 @@ def test_window_stored_intermediate_matches_two_ops_exactly(dtype, path, width, 
 
 
 # The window-stored tail runs as persistent blocks that copy each (n, group)'s input with
-# cp.async while finishing the previous one (MYOPS_TAIL_PREFETCH=0: the one-block-per-group
+# cp.async while finishing the previous one (bn_tail_prefetch=False: the one-block-per-group
 # kernel). 96 images x 32 or 8 groups: up to 3 items per block on an H100 (132 SMs x 4-8 blocks),
 # runs that cross from one group to the next (BatchNorm's fold recomputed), and an item count no
 # multiple of the grid. Every item is computed as by the one-block kernel: the same bits.
@@ -306,7 +304,7 @@ def test_prefetching_tail_matches_one_block_per_group(dtype, num_groups, trainin
     stats = (None, None) if training else (torch.randn(128, device=dev), torch.rand(128, device=dev) + 0.5)
 
     def chain(prefetch):
-        monkeypatch.setenv("MYOPS_TAIL_PREFETCH", prefetch)
+        myops.backends.set_options(bn_tail_prefetch=prefetch)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             y, _, _ = getattr(torch.ops.myops, OP)(x, w, None, [1, 1], [1, 1], [0, 0], 1, [1, 1], *stats, bn_w, bn_b,
                                                    training, 1e-5, [2, 2], [2, 2], [0, 0], [1, 1], num_groups, gn_w,
@@ -314,9 +312,9 @@ def test_prefetching_tail_matches_one_block_per_group(dtype, num_groups, trainin
             torch.cuda.synchronize()
         return y, [e.name for e in prof.events() if "prefetch" in e.name]
 
-    expected, one_block_prefetch = chain("0")
-    got, prefetch = chain("1")
-    assert not one_block_prefetch and prefetch, "the prefetching tail runs unless MYOPS_TAIL_PREFETCH=0"
+    expected, one_block_prefetch = chain(False)
+    got, prefetch = chain(True)
+    assert not one_block_prefetch and prefetch, "the prefetching tail runs unless bn_tail_prefetch is off"
     assert torch.equal(got.isnan(), expected.isnan())
     assert got[5].isnan().any() == (not training) and not got[4].isnan().any()
     assert torch.equal(got.nan_to_num(), expected.nan_to_num())
@@ -324,7 +322,7 @@ def test_prefetching_tail_matches_one_block_per_group(dtype, num_groups, trainin
 
 # In training the prefetching tail is launched to start under the batch statistics' kernel
 # (programmatic dependent launch: its blocks copy their first input, then wait for the
-# statistics); MYOPS_TAIL_PDL=0 launches it after that kernel ends. Several rounds, since a
+# statistics); early_launch=False launches it after that kernel ends. Several rounds, since a
 # missing wait would show as an occasional difference.
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -336,13 +334,13 @@ def test_tail_started_under_the_statistics_matches_a_plain_launch(dtype, monkeyp
     bn_w, bn_b, gn_w, gn_b = (torch.randn(128, device=dev, dtype=dtype) for _ in range(4))
 
     def chain(early):
-        monkeypatch.setenv("MYOPS_TAIL_PDL", early)
+        myops.backends.set_options(early_launch=early)
         return getattr(torch.ops.myops, OP)(x, w, None, [1, 1], [1, 1], [0, 0], 1, [1, 1], None, None, bn_w, bn_b,
                                             True, 1e-5, [2, 2], [2, 2], [0, 0], [1, 1], 8, gn_w, gn_b, 1e-5)
 
-    expected = chain("0")
+    expected = chain(False)
     for _ in range(5):
-        got = chain("1")
+        got = chain(True)
         for g, e in zip(got, expected):
             assert torch.equal(g, e)
 

@@ -9,6 +9,8 @@ checked against float64 PyTorch instead: group_norm (NHWC statistics and normali
 conv_transpose2d where cuDNN's channels-last conv is chosen (the timed choice)."""
 import pytest
 import torch
+
+import myops.backends
 import torch.nn.functional as F
 
 from conftest import DEVICES, HAS_CUDA
@@ -52,7 +54,7 @@ def _both_layouts(fn, x):
 def test_conv_ops_channels_last_output(device, dtype, shape, monkeypatch):
     # our kernels for both calls (on CUDA a channels-last call may otherwise time cuDNN's conv:
     # test_conv_transpose2d_channels_last_sources)
-    monkeypatch.setenv("MYOPS_CONV_SOURCE", "myops")
+    myops.backends.set_options(conv_source="myops")
     x, weight, bias = _conv_inputs(shape, dtype, device)
     args = _conv_args(shape)
     num_groups = 2
@@ -116,9 +118,9 @@ def test_group_norm_channels_last_output(device, dtype, shape):
 def test_conv_transpose2d_channels_last_sources(source, dtype, monkeypatch):
     # cuDNN's channels-last conv (forced, or chosen where it times faster) returns its output as it is
     if source == "timed":
-        monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
+        myops.backends.set_options(conv_source="auto")
     else:
-        monkeypatch.setenv("MYOPS_CONV_SOURCE", source)
+        myops.backends.set_options(conv_source=source)
     for shape in CONV_SHAPES + [(4, 64, 64, 32, 32, 3, 1)]:
         x, weight, bias = _conv_inputs(shape, dtype, "cuda")
         x = x.contiguous(memory_format=CL)
@@ -135,7 +137,7 @@ def test_conv_transpose2d_channels_last_sources(source, dtype, monkeypatch):
 def test_grouped_strided_conv_channels_last_input(device, dtype, size, monkeypatch):
     # L1_75's layer, smaller: kernels that read NCHW only (on CUDA the input's NHWC -> NCHW copy is
     # our transposer's, run with channels and pixels swapped); an even and an odd pixel count
-    monkeypatch.setenv("MYOPS_CONV_SOURCE", "myops")
+    myops.backends.set_options(conv_source="myops")
     x = torch.randn(2, 32, *size, device=device, dtype=dtype)
     weight = torch.randn(32, 16, 3, 5, device=device, dtype=dtype) / (8 * 15) ** 0.5
     bias = torch.randn(64, device=device, dtype=dtype)
@@ -158,7 +160,7 @@ def test_gelu_group_norm_channels_last_normalise_pass(dtype, source, monkeypatch
     # pass that follows the conv); over cuDNN's strict float32 conv (bias and GELU still pending
     # in the pass) the float64 reference
     strict = source == "cudnn-strict"
-    monkeypatch.setenv("MYOPS_CONV_SOURCE", "cudnn" if strict else "myops")
+    myops.backends.set_options(conv_source="cudnn" if strict else "myops")
     if strict:
         monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     shapes = [(2, 64, 64, 30, 30, 3, 0), (3, 32, 24, 15, 16, 3, 1), (2, 16, 8, 6, 7, 3, 0)]

@@ -1,7 +1,7 @@
 """Whose conv an op runs on CUDA (csrc/cuda/conv_source.h): in strict float32
 (torch.backends.cudnn.allow_tf32 off) every op with a conv runs either our exact FFMA kernels or
 cuDNN's conv followed by our own passes; the fused GELU + GroupNorm op does so in every dtype,
-cuDNN's conv then running channels-last. Each source is forced in turn through MYOPS_CONV_SOURCE,
+cuDNN's conv then running channels-last. Each source is forced in turn through myops.backends (conv_source),
 and the shipped timed choice runs unforced; all against float64 PyTorch (the tight float32
 tolerance in strict float32). (conftest forces "myops" for every other test, so that our
 kernels' tests keep testing them.)"""
@@ -9,6 +9,8 @@ import random
 
 import pytest
 import torch
+
+import myops.backends
 
 from conftest import HAS_CUDA
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
@@ -25,9 +27,9 @@ def use_source(source, monkeypatch, allow_tf32):
     """Forces `source` (or, "timed", leaves the choice to the op) with TF32 on or off."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allow_tf32)
     if source == "timed":
-        monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
+        myops.backends.set_options(conv_source="auto")
     else:
-        monkeypatch.setenv("MYOPS_CONV_SOURCE", source)
+        myops.backends.set_options(conv_source=source)
     return source
 
 
@@ -80,7 +82,7 @@ def test_timed_choice_inside_cuda_graph_capture(monkeypatch):
     # a shape first seen while a CUDA graph is captured is not timed (no synchronisation may
     # happen then): it runs our kernels, and the replayed graph computes the conv
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
+    myops.backends.set_options(conv_source="auto")
     x = torch.randn(2, 24, 13, 11, device="cuda")
     w = torch.randn(24, 40, 3, 3, device="cuda") * 0.2
     b = torch.randn(40, device="cuda")
@@ -111,7 +113,7 @@ def test_no_timed_choice_when_determinism_asked_or_cudnn_off(flag, monkeypatch):
     gn_w = torch.randn(32, device="cuda")
     args = (x, w, b, [1, 1], [1, 2], [0, 0], 1, [1, 1], "none", 4, gn_w, None, 1e-5)
     ours = torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)
-    monkeypatch.delenv("MYOPS_CONV_SOURCE", raising=False)
+    myops.backends.set_options(conv_source="auto")
     torch.ops.myops.conv_transpose2d_gelu_group_norm(*args)  # timed (either source may win)
     if flag == "cudnn_deterministic":
         monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)

@@ -98,7 +98,7 @@ def test_phases_without_taps_get_only_bias():
 def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):
     # every call through the generic implicit-GEMM kernel, which otherwise only runs float64 and
     # strict float32 calls that neither the direct nor the mma kernel takes
-    set_conv_kernel(monkeypatch, "generic")
+    set_conv_kernel("generic")
     check_random_configs(random.Random(77), 100, random_conv_config, dtype, device)
 
 
@@ -109,7 +109,7 @@ def test_wide_layers_random_configs(device, dtype, kernel, monkeypatch):
     # > 32 output channels per group on 12-40 pixel maps, through the kernel choice as shipped,
     # the mma.sync kernel alone, and (on an H100) the wgmma kernel on every config it can run,
     # with its input as given and staged channels-last
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_configs(random.Random(4242), 40, random_wide_conv_config, dtype, device)
 
 
@@ -120,7 +120,7 @@ def test_stride2_layers_random_configs(device, dtype, kernel, monkeypatch):
     # stride 2 x 2 layers (upsamplers): the mma.sync kernel computes all four phases of a region
     # in one block from one halo; grids that are not powers of two, several images per tile,
     # phases with unequal taps
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_configs(random.Random(5151), 40, random_stride2_conv_config, dtype, device)
 
 
@@ -132,7 +132,7 @@ def test_wide_tiles_random_configs(device, dtype, kernel, monkeypatch):
     # way its input arrives (TMA boxes where the rows are 16-byte aligned, registers, channels-last
     # boxes), and its 16 x 16 tiles alone (the choice as shipped takes the wide ones for plain
     # 16-bit convs with few taps)
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_configs(random.Random(4545), 20, random_wide_conv_config, dtype, device)
     check_random_configs(random.Random(4646), 20, random_tma_conv_config, dtype, device)
 
@@ -146,9 +146,9 @@ def test_wide_tiles_match_standard_tiles(device, monkeypatch):
         cfg = random_wide_conv_config(rng)
         x, w, b = make_conv_inputs(cfg, torch.bfloat16, device)
         args = conv_args(cfg)
-        set_conv_kernel(monkeypatch, "wgmma_standard")
+        set_conv_kernel("wgmma_standard")
         ref = torch.ops.myops.conv_transpose2d(x, w, b, *args)
-        set_conv_kernel(monkeypatch, "wgmma_wide")
+        set_conv_kernel("wgmma_wide")
         assert torch.equal(torch.ops.myops.conv_transpose2d(x, w, b, *args), ref), cfg
 
 
@@ -162,7 +162,7 @@ UNIT_INPUT_RUNS = [("cpu", "default")] + [pytest.param("cuda", kernel, marks=DEV
 def test_unit_input_random_configs(device, dtype, kernel, monkeypatch):
     # one-row / one-column inputs; 1 x 1 inputs through unpadded, undilated kernels (DCGAN's
     # latent) run on CUDA as one GEMM over kH * kW times the output channels
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_configs(random.Random(6161), 30, random_unit_input_conv_config, dtype, device)
 
 
@@ -172,7 +172,7 @@ def test_tma_layers_random_configs(device, kernel, monkeypatch):
     # float32 wide layers whose input rows TMA can address: the Hopper kernel's TMA input path
     # (boxes from 16-byte aligned columns, zero fill past the input's edges, the next group's
     # channels masked) and, for the same configs, its register path
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_configs(random.Random(4343), 40, random_tma_conv_config, torch.float32, device)
 
 
@@ -180,7 +180,7 @@ def test_tma_layers_random_configs(device, kernel, monkeypatch):
 def test_unaligned_input_without_tma(device, monkeypatch):
     # an input view 8 bytes past an aligned address: TMA cannot map it, the call loads through
     # registers instead (same plan), with the same result as the aligned copy through TMA
-    set_conv_kernel(monkeypatch, "wgmma")
+    set_conv_kernel("wgmma")
     torch.manual_seed(0)
     dtype = torch.float32
     base = torch.randn(2 * 24 * 16 * 32 + 2, device=device, dtype=dtype)
@@ -212,10 +212,10 @@ def test_channels_last_staging_matches_register_path(device, dtype, cfg, monkeyp
     torch.manual_seed(0)
     x, w, b = make_conv_inputs(cfg, dtype, device)
     args = conv_args(cfg)
-    set_conv_kernel(monkeypatch, "wgmma_no_tma")
+    set_conv_kernel("wgmma_no_tma")
     ref = torch.ops.myops.conv_transpose2d(x, w, b, *args)
     fused_ref = torch.ops.myops.conv_transpose2d_gelu_group_norm(x, w, b, *args, "none", 8, None, None, 1e-5)
-    set_conv_kernel(monkeypatch, "wgmma_nhwc")
+    set_conv_kernel("wgmma_nhwc")
     assert torch.equal(torch.ops.myops.conv_transpose2d(x, w, b, *args), ref)
     x_cl = x.contiguous(memory_format=torch.channels_last)
     assert torch.equal(torch.ops.myops.conv_transpose2d(x_cl, w, b, *args), ref)
@@ -226,7 +226,7 @@ def test_channels_last_staging_matches_register_path(device, dtype, cfg, monkeyp
 
 # The Hopper kernel's weight preparation starts under the input's staging copy (programmatic
 # dependent launch) and waits for it before it ends, so that the conv launched after it reads the
-# whole staged input; MYOPS_PREP_PDL=0 launches it after the copy. A new input each round (the
+# whole staged input; early_launch=False launches it after the copy. A new input each round (the
 # staging buffer is reused from call to call: a conv ahead of the copy would read the last one).
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -234,13 +234,13 @@ def test_preparation_started_under_the_staging_matches_a_plain_launch(device, dt
     cfg = dict(N=48, C_in=64, C_out_g=128, groups=1, H=32, W=32, kH=5, kW=5, stride=(1, 1), dilation=(1, 1),
                padding=(1, 1), output_padding=(0, 0), bias=True)
     torch.manual_seed(0)
-    set_conv_kernel(monkeypatch, "wgmma_nhwc")
+    set_conv_kernel("wgmma_nhwc")
     args = conv_args(cfg)
     for _ in range(4):
         x, w, b = make_conv_inputs(cfg, dtype, device)
-        monkeypatch.setenv("MYOPS_PREP_PDL", "0")
+        myops.backends.set_options(early_launch=False)
         expected = torch.ops.myops.conv_transpose2d(x, w, b, *args)
-        monkeypatch.setenv("MYOPS_PREP_PDL", "1")
+        myops.backends.set_options(early_launch=True)
         assert torch.equal(torch.ops.myops.conv_transpose2d(x, w, b, *args), expected)
 
 
@@ -257,14 +257,13 @@ def checked_pingpong_conv(x, w, b, args, tol):
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("input_path", [{}, {"MYOPS_DISABLE_NHWC_STAGING": "1"}], ids=["default", "registers"])
+@pytest.mark.parametrize("input_path", [{}, {"nhwc_staging": "never"}], ids=["default", "registers"])
 def test_pingpong_kernel_many_tiles_per_block(device, dtype, input_path, monkeypatch):
     # The persistent ping-pong kernel (34-row maps: 17-row strips) with ~6 tiles per block, so
     # that both consumers take several tiles and overlap (per-consumer stage barriers, the turn
     # handed over before a tile's last chunk), and 34 columns: every third tile is 2 columns
     # inside the grid (an edge band where the producer goes through registers).
-    for k, v in input_path.items():
-        monkeypatch.setenv(k, v)
+    myops.backends.set_options(**input_path)
     torch.manual_seed(0)
     cfg = dict(N=64, C_in=64, C_out_g=128, groups=1, H=32, W=32, kH=5, kW=5, stride=(1, 1), dilation=(1, 1),
                padding=(1, 1), output_padding=(0, 0), bias=True)
@@ -292,8 +291,8 @@ EDGE_BAND_LAYERS = {
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("layer", list(EDGE_BAND_LAYERS))
 def test_pingpong_edge_bands(device, dtype, layer, monkeypatch):
-    set_conv_kernel(monkeypatch, "wgmma")  # (34-row maps: 17-row strips, whatever the layer's cost)
-    monkeypatch.setenv("MYOPS_DISABLE_NHWC_STAGING", "1")
+    set_conv_kernel("wgmma")  # (34-row maps: 17-row strips, whatever the layer's cost)
+    myops.backends.set_options(nhwc_staging="never")
     torch.manual_seed(0)
     cfg = dict(N=16, C_in=64, C_out_g=128, groups=1, dilation=(1, 1), output_padding=(0, 0), bias=True,
                **EDGE_BAND_LAYERS[layer])
@@ -327,7 +326,7 @@ def test_strict_float32_random_configs(device, kernel, monkeypatch):
     # TF32 off (torch.backends.cudnn.allow_tf32 = False): exact float32 products, so the tight
     # float32 tolerance. Wide layers take the mma kernel's FFMA mode, the rest the generic kernel.
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     assert tolerance(torch.float32, device) == 2e-5
     check_random_configs(random.Random(31), 60, random_conv_config, torch.float32, device)
     check_random_configs(random.Random(32), 60, random_wide_conv_config, torch.float32, device)
@@ -366,7 +365,7 @@ def test_few_channels_heads_match_other_kernels(device, monkeypatch):
         args = ([stride, stride], [pad, pad], [0, 0], 1, [1, 1])
         ref = ref_conv_transpose2d(x, w, b, *args)
         for kernel in ("default", "no_few_channels"):
-            set_conv_kernel(monkeypatch, kernel)
+            set_conv_kernel(kernel)
             for inp in (x, x.contiguous(memory_format=torch.channels_last)):
                 out = torch.ops.myops.conv_transpose2d(inp, w, b, *args)
                 assert_matches(out, ref, tolerance(torch.float32, device))
@@ -387,7 +386,7 @@ def test_outputs_over_2_31_elements(device, case, kernel, monkeypatch):
     # stride 2) and the tensor-core kernels (3x3 taps), float32 through the few-channels kernel
     # (131073 images of an RGBA head: 8.6 GB in, 8.6 GB out);
     # the last channels (images), whose offsets pass 2^31, against float64 PyTorch on the same inputs
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     torch.manual_seed(0)
     if case == "few_channels":
         x = torch.randn(131073, 16, 32, 32, device=device)
@@ -429,7 +428,7 @@ def test_mma_kernel_many_taps(device, dtype, tf32, kernel_size, monkeypatch):
     # its TF32, FFMA and 16-bit modes: weight fragments of every phase-ordered tap, channel tails
     # in both directions, groups
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
-    set_conv_kernel(monkeypatch, "mma")
+    set_conv_kernel("mma")
     kH, kW = kernel_size
     for groups, c_in, c_out in ((1, 40, 36), (2, 20, 70)):
         x = torch.randn(2, c_in, 9, 11, device=device, dtype=dtype)

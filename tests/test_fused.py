@@ -175,7 +175,7 @@ def check_channel_stats(x, w, b, conv, tol):
 def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
     # wide layers through the fused epilogue (GELU, GroupNorm partials): the kernel choice as
     # shipped, the mma.sync kernel alone, and (on an H100) the wgmma kernel wherever it can run
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_fused(random.Random(2024), 20, dtype, device, random_wide_conv_config)
 
 
@@ -184,7 +184,7 @@ def test_wide_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
 def test_wide_tiles_random_configs_chain(device, kernel, monkeypatch):
     # the Hopper kernel's 8 x 32-pixel tiles (16-bit) under the fused epilogue: the GroupNorm
     # partials of four-strip tiles (the choice as shipped keeps fused calls on 16 x 16 tiles)
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_fused(random.Random(2030), 20, torch.bfloat16, device, random_wide_conv_config)
 
 
@@ -194,7 +194,7 @@ def test_wide_tiles_random_configs_chain(device, kernel, monkeypatch):
 def test_stride2_layers_random_configs_chain(device, dtype, kernel, monkeypatch):
     # stride 2 x 2 layers through the fused epilogue: GroupNorm partials of joint tiles (all
     # four phases of a region per block; several images per tile on small maps)
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_fused(random.Random(2028), 20, dtype, device, random_stride2_conv_config)
 
 
@@ -211,7 +211,7 @@ def test_unit_input_random_configs_chain(device, dtype):
 @pytest.mark.parametrize("kernel", ["wgmma", "wgmma_no_tma"])
 def test_tma_layers_random_configs_chain(device, kernel, monkeypatch):
     # the Hopper kernel's float32 TMA input path (and its register path) under the fused epilogue
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     check_random_fused(random.Random(2027), 20, torch.float32, device, random_tma_conv_config)
 
 

@@ -35,17 +35,17 @@ def test_gelu_layouts(device):
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gelu_vectors_per_thread_cuda(dtype, monkeypatch):
-    """The CUDA kernel's 1 / 2 / 4 vectors per thread (MYOPS_GELU_VECS; 16-bit types default to 4)
+    """The CUDA kernel's 1 / 2 / 4 vectors per thread (the gelu_vectors option; 16-bit types default to 4)
     give the same bits, on sizes that leave partial blocks, partial vector groups and scalar tails,
     and on a misaligned view (no vectors at all)."""
     for n in (1, 9, 2048 * 8 + 5, 1024 * 8 * 3 + 17 * 8 + 3):
         for offset in (0, 1):
             x = (torch.randn(n + offset, device="cuda", dtype=dtype) * 3)[offset:]
             outs = []
-            for vecs in ("1", "2", "4"):
-                monkeypatch.setenv("MYOPS_GELU_VECS", vecs)
+            for vecs in (1, 2, 4):
+                myops.backends.set_options(gelu_vectors=vecs)
                 outs.append(myops.gelu(x))
-            monkeypatch.delenv("MYOPS_GELU_VECS")
+            myops.backends.set_options(gelu_vectors=None)
             default = myops.gelu(x)
             for out in outs[1:] + [default]:
                 assert torch.equal(out, outs[0]), (n, offset)

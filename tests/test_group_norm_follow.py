@@ -1,14 +1,16 @@
 """The fused op's normalise pass run alongside its conv (csrc/cuda/group_norm_follow.cuh): where the
 Hopper kernel's two-block form runs the conv, a few persistent blocks on a higher-priority stream
 normalise each image as soon as its conv blocks have counted themselves done. It must give the
-same bits as the separate statistics and normalise passes (MYOPS_GN_FOLLOWERS=0), whatever the
+same bits as the separate statistics and normalise passes (gn_followers=0), whatever the
 number of follower blocks, on any stream, and inside CUDA graphs (where the op keeps the separate
 passes). By default it runs only where it pays (group_norm_follow_pays: large shapes); the tests
-force it through MYOPS_GN_FOLLOWERS."""
+force it through the gn_followers option (myops.backends)."""
 import random
 
 import pytest
 import torch
+
+import myops.backends
 
 from conftest import HAS_CUDA
 from reference import (assert_matches, conv_args, make_conv_inputs, random_tma_conv_config,
@@ -52,13 +54,13 @@ def follower_ran(fn):
 
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("followers", ["1", "3", "1000"])
+@pytest.mark.parametrize("followers", [1, 3, 1000])
 def test_same_bits_as_separate_passes(name, dtype, followers, monkeypatch):
     # small shapes, where the default rule keeps the separate passes: the followers forced
     args = case(**CASES[name], dtype=dtype)
-    monkeypatch.setenv("MYOPS_GN_FOLLOWERS", "0")
+    myops.backends.set_options(gn_followers=0)
     separate = OP(*args)
-    monkeypatch.setenv("MYOPS_GN_FOLLOWERS", followers)
+    myops.backends.set_options(gn_followers=followers)
     assert follower_ran(lambda: OP(*args))
     out = OP(*args)
     assert torch.equal(out, separate)
@@ -68,22 +70,22 @@ def test_same_bits_as_separate_passes(name, dtype, followers, monkeypatch):
 def test_default_rule(monkeypatch):
     # by default the overlap runs where it pays (32 images, 512 KiB groups, 1152 FLOPs per value)
     # and gives the separate passes' bits; a small shape keeps the separate passes
-    monkeypatch.delenv("MYOPS_GN_FOLLOWERS", raising=False)
+    myops.backends.set_options(gn_followers=None)
     large = case(n=32, c_in=64, c_out=64, hw=(126, 126), k=3, padding=0, groups=1, num_groups=8, affine=True,
                  dtype=torch.float32)
     assert follower_ran(lambda: OP(*large))
     overlapped = OP(*large)
-    monkeypatch.setenv("MYOPS_GN_FOLLOWERS", "0")
+    myops.backends.set_options(gn_followers=0)
     assert not follower_ran(lambda: OP(*large))
     assert torch.equal(OP(*large), overlapped)
-    monkeypatch.delenv("MYOPS_GN_FOLLOWERS")
+    myops.backends.set_options(gn_followers=None)
     small = case(**CASES["seed_like"], dtype=torch.float32)
     assert not follower_ran(lambda: OP(*small))
 
 
 def test_separate_passes_when_turned_off(monkeypatch):
     args = case(**CASES["seed_like"], dtype=torch.float32)
-    monkeypatch.setenv("MYOPS_GN_FOLLOWERS", "0")
+    myops.backends.set_options(gn_followers=0)
     assert not follower_ran(lambda: OP(*args))
 
 
@@ -98,7 +100,7 @@ def on_new_stream(fn):
 
 
 def test_non_default_stream(monkeypatch):
-    monkeypatch.setenv("MYOPS_GN_FOLLOWERS", "3")
+    myops.backends.set_options(gn_followers=3)
     args = case(**CASES["two_channel_blocks"], dtype=torch.bfloat16)
     expected = OP(*args)
     # back to back on that stream: the second conv must wait for the first pass
@@ -107,7 +109,7 @@ def test_non_default_stream(monkeypatch):
 
 
 def test_inside_cuda_graph(monkeypatch):
-    monkeypatch.setenv("MYOPS_GN_FOLLOWERS", "3")  # asked for, yet off while capturing
+    myops.backends.set_options(gn_followers=3)  # asked for, yet off while capturing
     args = case(**CASES["seed_like"], dtype=torch.float32)
     expected = OP(*args)
     on_new_stream(lambda: OP(*args))  # warm-up outside the capture (plans)
@@ -124,7 +126,7 @@ def test_inside_cuda_graph(monkeypatch):
 def test_random_wide_configs_same_bits(kernel, dtype, monkeypatch):
     # the Hopper kernel wherever it can run (its two-block form counts its blocks): random shapes,
     # partial tiles, channel tails, strides; the pass alongside or not, the same bits
-    set_conv_kernel(monkeypatch, kernel)
+    set_conv_kernel(kernel)
     rng = random.Random(31)
     for i in range(20):
         cfg = (random_wide_conv_config if i % 2 else random_tma_conv_config)(rng)
@@ -133,7 +135,7 @@ def test_random_wide_configs_same_bits(kernel, dtype, monkeypatch):
         x, w, b = make_conv_inputs(cfg, dtype, "cuda")
         gn_w = torch.randn(c_out, dtype=dtype, device="cuda")
         args = [x, w, b, *conv_args(cfg), rng.choice(["none", "tanh"]), num_groups, gn_w, None, 1e-5]
-        monkeypatch.setenv("MYOPS_GN_FOLLOWERS", "0")
+        myops.backends.set_options(gn_followers=0)
         separate = OP(*args)
-        monkeypatch.setenv("MYOPS_GN_FOLLOWERS", str(rng.choice([1, 2, 16])))
+        myops.backends.set_options(gn_followers=rng.choice([1, 2, 16]))
         assert torch.equal(OP(*args), separate), f"config {i}: {cfg}, groups={num_groups}"

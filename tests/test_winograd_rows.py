@@ -1,11 +1,13 @@
 """Strict float32 through Winograd F(2, 3) rows: the mma kernel's FFMA mode where every phase has 3
 row taps one input row apart (k3 s1 d1, k6 s2 d1). Checked against float64 PyTorch at the strict
-float32 tolerance, and against the direct FFMA taps (MYOPS_DISABLE_WINOGRAD=1), whose other
+float32 tolerance, and against the direct FFMA taps (winograd=False), whose other
 rounding shows that the transformed path ran."""
 import random
 
 import pytest
 import torch
+
+import myops.backends
 
 from conftest import DEVICES
 from reference import (assert_matches, conv_args, make_conv_inputs, ref_conv_transpose2d, set_conv_kernel,
@@ -33,7 +35,7 @@ def random_winograd_config(rng: random.Random):
 
 
 def strict_conv(x, w, b, args, monkeypatch, winograd):
-    monkeypatch.setenv("MYOPS_DISABLE_WINOGRAD", "0" if winograd else "1")
+    myops.backends.set_options(winograd=winograd)
     return torch.ops.myops.conv_transpose2d(x, w, b, *args)
 
 
@@ -41,8 +43,8 @@ def strict_conv(x, w, b, args, monkeypatch, winograd):
 def strict_mma(monkeypatch):
     # TF32 off, our kernels (not a timed cuDNN choice), the mma kernel's FFMA mode
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.setenv("MYOPS_CONV_SOURCE", "myops")
-    set_conv_kernel(monkeypatch, "mma")
+    myops.backends.set_options(conv_source="myops")
+    set_conv_kernel("mma")
 
 
 @pytest.mark.parametrize("device", CUDA)

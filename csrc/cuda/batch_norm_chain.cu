@@ -89,13 +89,12 @@ __global__ void __launch_bounds__(kThreads) channel_stats_kernel(const S* __rest
 }
 
 // Blocks per channel for channel_stats_kernel: a cluster of up to 8 (the portable most), as few
-// as give each thread one batch of loads (H100, L2_11: 3072 entries per channel, us of the
-// statistics / the tail started under them, 1, 2, 4, 8 blocks: 6.7 / 46.3, 6.9 / 42.0, 11.7 /
-// 45.1, 17.4 / 45.3; a cluster's launch and barriers cost more than its shorter loop gains).
-// MYOPS_STATS_BLOCKS sets it for A/B runs and tests.
+// as give each thread one batch of loads (a cluster's launch and barriers cost more than its
+// shorter loop gains). Option::BnStatsBlocks forces a count.
 int64_t channel_stats_blocks(int64_t entries) {
   if (!cluster_launch_supported()) return 1;
-  if (const auto forced = env_int("MYOPS_STATS_BLOCKS")) return std::max(1, std::min(8, *forced));
+  const int forced = option(Option::BnStatsBlocks);
+  if (forced != kAuto) return std::max(1, std::min(8, forced));
   constexpr int64_t kPerBlock = int64_t(kStatsBatch) * kThreads;
   return std::max<int64_t>(1, std::min<int64_t>(8, (entries + kPerBlock - 1) / kPerBlock));
 }
@@ -617,9 +616,9 @@ GroupTail group_tail_layout(DType dtype, int64_t C_g, const Pool2dParams& q) {
 // one-block kernel's layout: the fixed part and a buffer of an item's whole input, which must be
 // whole 16-byte vectors and that layout's single batch (so it fits: the one-block kernel's
 // shared memory less its misalignment slack); 0 where it does not apply, or with
-// MYOPS_TAIL_PREFETCH=0 (the one-block kernel, for comparisons).
+// Option::BnTailPrefetch off (the one-block kernel).
 size_t prefetch_tail_smem(DType dtype, int64_t C_g, const Pool2dParams& in, const GroupTail& one_block) {
-  if (env_off("MYOPS_TAIL_PREFETCH")) return 0;
+  if (option(Option::BnTailPrefetch) == 0) return 0;
   const int64_t span = C_g * in.H * in.W * dtype_bytes(dtype);
   if (one_block.batch_planes != C_g || span % 16 != 0) return 0;
   return static_cast<size_t>(tail_fixed_smem(dtype, C_g, in) + span);
@@ -698,7 +697,7 @@ cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, in
       // after channel_stats_kernel: started under it (see the kernel)
       return launch_early(
           kernel, dim3(static_cast<unsigned>(std::min(N * num_groups, blocks))), dim3(kThreads), prefetch_smem, stream,
-          after_stats && !env_off("MYOPS_TAIL_PDL"), static_cast<const T*>(x), static_cast<int>(N), static_cast<int>(C),
+          after_stats && option(Option::EarlyLaunch) != 0, static_cast<const T*>(x), static_cast<int>(N), static_cast<int>(C),
           static_cast<int>(C / num_groups), PoolInts(in), static_cast<const S*>(mean), static_cast<const S*>(var),
           static_cast<const T*>(bn_weight), static_cast<const T*>(bn_bias), bn_eps,
           static_cast<const T*>(gn_weight), static_cast<const T*>(gn_bias), gn_eps,

@@ -1,5 +1,6 @@
 #include "cuda/conv_source.h"
 
+#include "common/options.h"
 #include "cuda/launch.cuh"
 
 #include <c10/util/Exception.h>
@@ -72,9 +73,9 @@ std::array<float, 2> time_sources(cudaStream_t stream, const std::function<void(
 
 ConvSource timed_conv_source(const std::string& key, cudaStream_t stream, bool may_time,
                              const std::function<void(ConvSource)>& run) {
-  const char* forced = std::getenv("MYOPS_CONV_SOURCE");
-  if (forced && std::strcmp(forced, "myops") == 0) return ConvSource::Myops;
-  if (forced && std::strcmp(forced, "cudnn") == 0) return ConvSource::Cudnn;
+  const int forced = option(Option::ConvSource);
+  if (forced == kOurs) return ConvSource::Myops;
+  if (forced == kCudnn) return ConvSource::Cudnn;
   if (!may_time) return ConvSource::Myops;
   int device = 0;
   TORCH_CHECK(cudaGetDevice(&device) == cudaSuccess, "myops: conv source choice: cudaGetDevice failed");

@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "cuda/conv_common.cuh"
+#include "common/options.h"
 #include "cuda/conv_transpose2d_mma.cuh"
 
 namespace myops {
@@ -345,24 +346,24 @@ int current_device_sm() {
 
 ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, bool input_channels_last,
                    bool plain_output) {
-  const bool allow_direct = !env_flag("MYOPS_DISABLE_DIRECT");
-  const bool allow_few_channels = plain_output && !env_flag("MYOPS_DISABLE_FEW_CHANNELS");
-  const bool allow_mma = !env_flag("MYOPS_DISABLE_MMA"), allow_wgmma = !env_flag("MYOPS_DISABLE_WGMMA");
-  const bool force_wgmma = env_flag("MYOPS_FORCE_WGMMA"), allow_tma = !env_flag("MYOPS_DISABLE_TMA");
-  const bool allow_winograd = !env_flag("MYOPS_DISABLE_WINOGRAD");
+  const bool allow_direct = option(Option::Direct) != 0;
+  const bool allow_few_channels = plain_output && option(Option::FewChannels) != 0;
+  const bool allow_mma = option(Option::Mma) != 0, allow_wgmma = option(Option::Wgmma) != 0;
+  const bool force_wgmma = option(Option::ForceWgmma) != 0, allow_tma = option(Option::Tma) != 0;
+  const bool allow_winograd = option(Option::Winograd) != 0;
   // A channels-last input is the kernel's NHWC input as it is (16-bit) or after a rounding copy
   // (float32), which replaces the NCHW copy the other paths make of it.
+  const int nhwc = option(Option::NhwcStaging);
   const ChannelsLastInput channels_last =
-      !allow_tma || env_flag("MYOPS_DISABLE_NHWC_STAGING")             ? ChannelsLastInput::Never
-      : env_flag("MYOPS_FORCE_NHWC_STAGING") || input_channels_last ? ChannelsLastInput::Always
-                                                                    : ChannelsLastInput::Auto;
-  // wide wgmma tiles pay for plain convs only (conv_wgmma_tiling); MYOPS_WGMMA_WIDE=0 / 1: never /
-  // wherever they fit (A/B runs and tests)
-  const char* wide_env = std::getenv("MYOPS_WGMMA_WIDE");
-  const WideTiles wide_tiles = wide_env && wide_env[0] == '0'   ? WideTiles::Never
-                               : wide_env && wide_env[0] == '1' ? WideTiles::Always
-                               : plain_output                   ? WideTiles::Auto
-                                                                : WideTiles::Never;
+      !allow_tma || nhwc == kNever                    ? ChannelsLastInput::Never
+      : nhwc == kAlways || input_channels_last        ? ChannelsLastInput::Always
+                                                      : ChannelsLastInput::Auto;
+  // wide wgmma tiles pay for plain convs only (conv_wgmma_tiling)
+  const int wide = option(Option::WideTiles);
+  const WideTiles wide_tiles = wide == kNever    ? WideTiles::Never
+                               : wide == kAlways ? WideTiles::Always
+                               : plain_output    ? WideTiles::Auto
+                                                 : WideTiles::Never;
   const int device_sm = current_device_sm();
   // The tiling search costs tens to hundreds of microseconds of host time, as much as a small
   // layer's kernels: plans are cached by everything they depend on (not the batch size).
@@ -405,7 +406,7 @@ cudaError_t conv_prepare_weight(const void* weight, void* prepared, DType dtype,
 }
 
 int conv_plan_window_rows(const ConvTranspose2dParams& p, const ConvPlan& plan, DType dtype) {
-  if (env_flag("MYOPS_DISABLE_WINDOW_STORES")) return 0;  // A/B runs and tests
+  if (option(Option::WindowStores) == 0) return 0;
   const bool ok = plan.engine == ConvEngine::Wgmma && conv_wgmma_stores_windows(plan.wg, dtype) && p.sH == 1 &&
                   p.sW == 1 && p.OH >= 2 && p.OW >= 2;
   return ok ? plan.wg.rows : 0;

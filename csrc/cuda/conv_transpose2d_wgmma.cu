@@ -1172,7 +1172,7 @@ cudaError_t conv_wgmma_prepare_weight(const void* weight, void* prepared, DType 
     return dispatch_prepare_index(total, [&](auto index) {
       using I = decltype(index);
       return launch_early(prepare_wgmma_weight_kernel<T, I>, dim3(prepare_blocks(total)), dim3(256), 0, stream,
-                          early && !env_off("MYOPS_PREP_PDL"), static_cast<const T*>(weight), wp, p, phases,
+                          early && option(Option::EarlyLaunch) != 0, static_cast<const T*>(weight), wp, p, phases,
                           I(n_chunks), I(col_tiles), I(total));
     });
   });

@@ -5,14 +5,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <tuple>
 #include <utility>
 
 #include "common/conv_params.h"
+#include "common/options.h"
 #include "common/gelu_math.h"
 
 namespace myops {
@@ -56,25 +55,6 @@ inline bool stream_capturing(cudaStream_t stream) {
     return true;
   }
   return status != cudaStreamCaptureStatusNone;
-}
-
-// Whether environment variable `name` is "0": switches that turn a path off for comparisons.
-inline bool env_off(const char* name) {
-  const char* env = std::getenv(name);
-  return env != nullptr && env[0] == '0' && env[1] == 0;
-}
-// Whether environment variable `name` starts with "1": switches that force or disable a kernel
-// choice (A/B runs and tests).
-inline bool env_flag(const char* name) {
-  const char* env = std::getenv(name);
-  return env != nullptr && env[0] == '1';
-}
-// Environment variable `name` as an integer (atoi), or nullopt where unset or empty: switches that
-// set a count for A/B runs.
-inline std::optional<int> env_int(const char* name) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == 0) return std::nullopt;
-  return std::atoi(env);
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx, with `attribute`

@@ -68,11 +68,10 @@ cudaError_t launch_gelu(const void* x, void* y, int64_t n, GeluApprox approx, cu
   const int64_t n_vec = vec_ok ? n / kVec : 0;
   // 16-byte vectors per thread (the grid-stride loop only for tensors beyond the grid's reach):
   // one for float32 / float64, as PyTorch's elementwise kernels; four for 16-bit types, whose
-  // eight erf evaluations per vector make one vector per thread partly issue-bound (H100, bench
-  // gelu row at the L2_19 output size, bfloat16, two rounds: 1 / 2 / 4 vectors 0.809 / 0.811 /
-  // 0.779 and 0.848 / 0.812 / 0.779 ms, eager 0.771-0.811; float32 1 / 4: 1.486 / 1.513 and
-  // 1.501 / 1.486). MYOPS_GELU_VECS=1 / 2 / 4 overrides it (A/B runs).
-  const int vecs = env_int("MYOPS_GELU_VECS").value_or(sizeof(T) == 2 ? 4 : 1);
+  // eight erf evaluations per vector make one vector per thread partly issue-bound.
+  // Option::GeluVectors forces 1, 2 or 4.
+  const int forced = option(Option::GeluVectors);
+  const int vecs = forced != kAuto ? forced : sizeof(T) == 2 ? 4 : 1;
   if (vecs == 2) return launch_gelu_vecs<T, 2>(x, y, n, n_vec, approx, s);
   if (vecs == 4) return launch_gelu_vecs<T, 4>(x, y, n, n_vec, approx, s);
   return launch_gelu_vecs<T, 1>(x, y, n, n_vec, approx, s);

@@ -1,0 +1,43 @@
+#pragma once
+// Runtime choices a user or a test makes (myops.backends in Python): which conv engines may run,
+// whose conv runs a call, and the switches of the kernels' optional paths. Plain C++ (no torch
+// header), so the CUDA sources read them too. One process-wide table, read lock-free per call;
+// the plan caches key on what they read.
+#include <cstdint>
+
+namespace myops {
+
+// Every option, each an int. Tri-state ones: kAuto, kNever, kAlways.
+enum class Option : int {
+  ConvSource,      // kAuto (timed where it may pay), kOurs, kCudnn
+  Direct,          // engine enabled (1) or not (0); likewise the next three
+  FewChannels,
+  Mma,             // mma.sync; off leaves the generic kernel for the tensor-core calls
+  Wgmma,
+  ForceWgmma,      // 1: the Hopper engine for every call it can run
+  Tma,             // the Hopper engine's bulk-tensor input loads (0: through registers, never NHWC)
+  NhwcStaging,     // tri-state: the Hopper engine's input staged channels-last
+  WideTiles,       // tri-state: the Hopper engine's wide tiles (auto: plain convs only)
+  Winograd,        // Winograd rows for strict float32 where they apply
+  WindowStores,    // the BatchNorm chain's 2 x 2 window stores
+  GnFollowers,     // -1: auto; 0: no overlapped normalise pass; k: k follower blocks
+  BnStatsBlocks,   // -1: auto; k (1..8): blocks per channel of the batch-statistics reduction
+  BnTailPrefetch,  // the BatchNorm tail's persistent, prefetching form
+  EarlyLaunch,     // programmatic dependent launch (weight preparation, BatchNorm tail)
+  GeluVectors,     // -1: auto; 1, 2 or 4 16-byte vectors per thread in the GELU kernel
+  kCount
+};
+
+constexpr int kAuto = -1;
+constexpr int kNever = 0;
+constexpr int kAlways = 1;
+constexpr int kOurs = 1;
+constexpr int kCudnn = 2;
+
+int option(Option o);
+void set_option(Option o, int value);
+// "conv_source", "direct", ...: the Python names, in Option order; nullptr past the end
+const char* option_name(int index);
+int option_default(Option o);
+
+}  // namespace myops
