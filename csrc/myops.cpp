@@ -127,4 +127,10 @@ TORCH_LIBRARY(myops, m) {
       "int[2] pool_dilation, int num_groups, Tensor? gn_weight, Tensor? gn_bias, float gn_eps) "
       "-> (Tensor, Tensor, Tensor)",
       tags);
+  // What runs a call of conv op `op` (one of the conv ops above) on the input's device and why:
+  // the conv's source (ours or cuDNN's) and engine, with a reason for every engine passed over.
+  // myops.explain in Python. Not part of any computation, so no pt2 tag.
+  m.def(
+      "_explain(Tensor input, Tensor weight, Tensor? bias, SymInt[2] stride, SymInt[2] padding, "
+      "SymInt[2] output_padding, SymInt groups, SymInt[2] dilation, str op) -> str");
 }

@@ -7,8 +7,10 @@ aten.convolution(transposed=True), aten.gelu, aten.group_norm / aten.native_grou
 scalar of a match is read from the matched nodes and checked; nothing is a wildcard.
 """
 import operator
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
 
 import torch
 import torch.nn.functional as F
@@ -201,6 +203,23 @@ def _batch_norm_candidate(conv, kwargs) -> Candidate:
                      [*conv[:3], *(kwargs[k] for k in names)], fused, reference, scalars)
 
 
+_DEVICES_WARNED: set = set()
+
+
+def _chain_conv_args(conv_node: fx.Node, devices: Optional[Tuple[str, ...]], chain: str) -> Optional[List[Any]]:
+    """_conv_args for the conv that starts a matched chain; where the chain is left alone only for
+    its device, says so once per device type (the default rewrites CUDA chains only)."""
+    conv = _conv_args(conv_node, devices)
+    if conv is None and devices is not None and _conv_args(conv_node, None) is not None:
+        device = _meta(_bind(conv_node, _CONV_SIGNATURES)["input"]).device.type
+        if device not in _DEVICES_WARNED:
+            _DEVICES_WARNED.add(device)
+            warnings.warn(f"myops.compile: a {chain} chain on {device} tensors was left alone: the pass rewrites "
+                          f"chains on {', '.join(devices)} only (myops.compile.enable(devices=None) for every "
+                          f"device; the CPU kernels are slower than PyTorch's there)", stacklevel=2)
+    return conv
+
+
 def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], accept: Accept = None) -> int:
     """conv_transpose2d -> F.batch_norm -> tanh -> F.max_pool2d -> group_norm, in training or eval
     mode: replaced by one call of the Python API, which runs the two ops and updates the running
@@ -222,7 +241,7 @@ def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...
         if bn is None or not isinstance(bn["input"], fx.Node):
             continue
         conv_node = bn["input"]
-        conv = _conv_args(conv_node, devices)
+        conv = _chain_conv_args(conv_node, devices, "ConvTranspose2d -> BatchNorm2d -> Tanh -> MaxPool2d -> GroupNorm")
         if conv is None or not all(_single_user(a, b) for a, b in
                                    ((conv_node, bn_node), (bn_node, tanh_node), (tanh_node, pool_node), (pool_node, node))):
             continue
@@ -300,7 +319,7 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
         if gelu is None or gelu["approximate"] not in ("none", "tanh") or not isinstance(gelu["input"], fx.Node):
             continue
         conv_node = gelu["input"]
-        conv = _conv_args(conv_node, devices)
+        conv = _chain_conv_args(conv_node, devices, "ConvTranspose2d -> GELU -> GroupNorm")
         if conv is None or not _single_user(conv_node, gelu_node) or not _single_user(gelu_node, node):
             continue
         if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):

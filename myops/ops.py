@@ -22,9 +22,25 @@ IntOrPair = Union[int, Sequence[int]]
 _INT_TYPES = (int, torch.SymInt)
 
 
-def _pair(v: IntOrPair) -> list:
+def _pair(v: IntOrPair, op: str = "", name: str = "") -> list:
+    """[v, v] for an int, else v as a list; anything else (a float, None) is refused naming the op
+    and the argument (the pair's length is checked by the op itself)."""
     # (the exact-type test first: a plain int, the common case, skips isinstance over the tuple)
-    return [v, v] if type(v) is int or isinstance(v, _INT_TYPES) else list(v)
+    if type(v) is int or isinstance(v, _INT_TYPES):
+        return [v, v]
+    if isinstance(v, (list, tuple, torch.Size)) and all(isinstance(e, _INT_TYPES) for e in v):
+        return list(v)
+    raise TypeError(f"myops.{op}: argument '{name}' must be an int or a pair of ints, got {v!r}")
+
+
+def _conv_args(op: str, stride: IntOrPair, padding: IntOrPair, output_padding: IntOrPair, groups: int,
+               dilation: IntOrPair) -> tuple:
+    """The conv arguments as the ops take them: (stride, padding, output_padding, groups, dilation),
+    the pairs as lists; a bad one is refused naming the op and the argument."""
+    if not isinstance(groups, _INT_TYPES):
+        raise TypeError(f"myops.{op}: argument 'groups' must be an int, got {groups!r}")
+    return (_pair(stride, op, "stride"), _pair(padding, op, "padding"), _pair(output_padding, op, "output_padding"),
+            groups, _pair(dilation, op, "dilation"))
 
 
 def _needs_grad(*args) -> bool:
@@ -69,9 +85,23 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = Non
         stride, padding, output_padding, dilation: an int or an (h, w) pair.
         groups: number of blocked connections from input to output channels.
     """
-    return _batched(input, lambda x: torch.ops.myops.conv_transpose2d(
-        x, weight, bias, _pair(stride), _pair(padding), _pair(output_padding),
-        groups, _pair(dilation)))
+    conv_args = _conv_args("conv_transpose2d", stride, padding, output_padding, groups, dilation)
+    return _batched(input, lambda x: torch.ops.myops.conv_transpose2d(x, weight, bias, *conv_args))
+
+
+def explain(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrPair = 1,
+            padding: IntOrPair = 0, output_padding: IntOrPair = 0, groups: int = 1, dilation: IntOrPair = 1,
+            op: str = "conv_transpose2d") -> str:
+    """What runs the transposed convolution of a call of ``op`` with these arguments, and why: on
+    CUDA the conv's source (ours or cuDNN's, timed or forced) and engine, with a one-line reason for
+    every engine passed over, under the current ``myops.backends`` options. ``op`` is one of
+    "conv_transpose2d", "conv_transpose2d_gelu_group_norm", "conv_transpose2d_gelu_group_stats",
+    "conv_transpose2d_channel_stats", "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm".
+    Nothing is computed; the tensors' sizes, dtype, layout and device are what count."""
+    conv_args = _conv_args("explain", stride, padding, output_padding, groups, dilation)
+    if input.dim() == 3:
+        input = input.unsqueeze(0)
+    return torch.ops.myops._explain(input, weight, bias, *conv_args, op)
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
@@ -105,7 +135,8 @@ def conv_transpose2d_gelu_group_norm(
     if num_groups is None:
         raise TypeError("myops.conv_transpose2d_gelu_group_norm: argument 'num_groups' is required")
     return gelu_group_norm_chain_call(
-        input, weight, bias, (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation)),
+        input, weight, bias,
+        _conv_args("conv_transpose2d_gelu_group_norm", stride, padding, output_padding, groups, dilation),
         approximate, num_groups, gn_weight, gn_bias, eps)
 
 
@@ -139,9 +170,9 @@ def conv_transpose2d_gelu_group_stats(
     """
     if num_groups is None:
         raise TypeError("myops.conv_transpose2d_gelu_group_stats: argument 'num_groups' is required")
-    return torch.ops.myops.conv_transpose2d_gelu_group_stats(input, weight, bias, _pair(stride), _pair(padding),
-                                                             _pair(output_padding), groups, _pair(dilation),
-                                                             approximate, num_groups, eps)
+    conv_args = _conv_args("conv_transpose2d_gelu_group_stats", stride, padding, output_padding, groups, dilation)
+    return torch.ops.myops.conv_transpose2d_gelu_group_stats(input, weight, bias, *conv_args, approximate, num_groups,
+                                                             eps)
 
 
 def group_norm_with_stats(input: Tensor, mean: Tensor, rstd: Tensor, weight: Optional[Tensor] = None,
@@ -176,7 +207,7 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
         pool_padding: IntOrPair = 0, pool_dilation: IntOrPair = 1, ceil_mode: bool = False,
         num_groups: int, gn_weight: Optional[Tensor] = None, gn_bias: Optional[Tensor] = None,
         gn_eps: float = 1e-5) -> Tensor:
-    """``group_norm(max_pool2d(tanh(batch_norm(conv_transpose2d(input, ...)))))`` (the L2_11 chain).
+    """``group_norm(max_pool2d(tanh(batch_norm(conv_transpose2d(input, ...)))))`` (the BatchNorm chain).
 
     The conv arguments are those of :func:`conv_transpose2d`; ``running_mean``, ``running_var``,
     ``bn_weight``, ``bn_bias``, ``training``, ``momentum``, ``bn_eps`` those of
@@ -186,11 +217,14 @@ def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
     ``pool_padding``, ``pool_dilation`` those of ``max_pool2d`` (``ceil_mode`` must be False);
     then those of :func:`group_norm`.
     """
+    op = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
     return batch_norm_chain_call(
-        input, weight, bias, (_pair(stride), _pair(padding), _pair(output_padding), groups, _pair(dilation)),
+        input, weight, bias, _conv_args(op, stride, padding, output_padding, groups, dilation),
         running_mean, running_var, bn_weight, bn_bias, training, momentum, bn_eps,
-        (_pair(kernel_size), _pair(kernel_size if pool_stride is None else pool_stride), _pair(pool_padding),
-         _pair(pool_dilation)), ceil_mode, num_groups, gn_weight, gn_bias, gn_eps)
+        (_pair(kernel_size, op, "kernel_size"), _pair(kernel_size if pool_stride is None else pool_stride, op,
+                                                      "pool_stride"),
+         _pair(pool_padding, op, "pool_padding"), _pair(pool_dilation, op, "pool_dilation")),
+        ceil_mode, num_groups, gn_weight, gn_bias, gn_eps)
 
 
 def batch_norm_chain_call(input: Tensor, weight: Tensor, bias: Optional[Tensor], conv_args: tuple,

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/gelu_fast.cuh"
+#include "cuda/common/gelu_fast.cuh"
 
 namespace {
 

@@ -14,6 +14,7 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
       "$PY" -m pip install torch --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-"$PY" -m pip install "setuptools>=64" wheel ninja pytest expecttest
+"$PY" -m pip install "setuptools>=64" wheel ninja numpy pytest expecttest
+echo "Building myops (C++ and, with a CUDA torch and nvcc, CUDA): 2-3 minutes on a CPU machine, more with CUDA; ninja prints little until it ends." >&2
 "$PY" -m pip install --no-build-isolation -e .
 "$PY" compile_demos/seed_block.py

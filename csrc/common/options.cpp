@@ -40,4 +40,10 @@ void set_option(Option o, int value) { table()[static_cast<int>(o)].store(value,
 const char* option_name(int index) { return index >= 0 && index < kCount ? kEntries[index].name : nullptr; }
 int option_default(Option o) { return kEntries[static_cast<int>(o)].default_value; }
 
+std::string options_key() {
+  std::string key;
+  for (int i = 0; i < kCount; ++i) key += std::to_string(table()[i].load(std::memory_order_relaxed)) + ",";
+  return key;
+}
+
 }  // namespace myops

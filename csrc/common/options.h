@@ -4,6 +4,7 @@
 // header), so the CUDA sources read them too. One process-wide table, read lock-free per call;
 // the plan caches key on what they read.
 #include <cstdint>
+#include <string>
 
 namespace myops {
 
@@ -39,5 +40,7 @@ void set_option(Option o, int value);
 // "conv_source", "direct", ...: the Python names, in Option order; nullptr past the end
 const char* option_name(int index);
 int option_default(Option o);
+// Every option's value, as a string: part of the keys of cached choices that depend on them.
+std::string options_key();
 
 }  // namespace myops

@@ -1,0 +1,111 @@
+#pragma once
+// Host code of the transposed convolution shared by every op that starts with one: the plan of a
+// call (with the 1 x 1-input GEMM view), our conv run with an epilogue, cuDNN's conv in either
+// layout, and the ours-vs-cuDNN choice (conv/cudnn_choice.h) keyed per op.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+
+#include <string>
+
+#include "common/options.h"
+#include "cuda/conv/conv_transpose2d.cuh"
+#include "cuda/conv/cudnn_choice.h"
+#include "cuda/ops/tensors.h"
+
+namespace myops {
+namespace host {
+
+// plain_output: the call stores the conv's output and nothing else (cuda::conv_plan).
+cuda::ConvPlan conv_plan_for(const ConvTranspose2dParams& p, const at::Tensor& input, bool plain_output);
+
+// How the kernels run a call: its parameters (or the pointwise view's) and their plan.
+struct KernelCall {
+  ConvTranspose2dParams p;
+  cuda::ConvPlan plan;
+  int channel_fold = 1;  // output channels per channel of the call (ConvEpilogue::channel_fold)
+};
+
+// A 1 x 1 input through an unpadded, undilated kernel (a latent vector's first up-sampling layer)
+// is one GEMM: output [N, C_out, kH, kW] is the memory of a 1 x 1 transposed convolution to
+// C_out * kH * kW channels, weight [C_in, C_out / groups, kH, kW] read as [C_in, C_out / groups *
+// kH * kW, 1, 1]. The mma.sync kernel runs that view where kH * kW divides its 16-channel blocks
+// (its epilogue folds a channel's kH * kW positions into its statistics): the phase decomposition
+// gives every output pixel kH * kW taps there, all but one on the input's zero border (H100, the
+// DCGAN demo's 100 -> 512 k4 layer, fused op under ncu: its conv kernel 110 -> 54 us).
+KernelCall kernel_call(const ConvTranspose2dParams& p, const at::Tensor& input, bool plain_output = false);
+
+// The input as the plan's kernel reads it: contiguous NCHW, or (WgmmaTiling::nhwc) contiguous
+// NHWC, 16-byte aligned, float32 rounded to TF32: a 16-bit channels-last input as it is, else a
+// staged copy.
+at::Tensor kernel_input(const char* op, const at::Tensor& input, const cuda::ConvPlan& plan, cuda::DType dtype,
+                        cudaStream_t stream);
+
+// The transposed convolution of call p, run as k says, into a new contiguous NCHW tensor, with
+// the given epilogue (window-stored where it stores 2 x 2 windows: ConvEpilogue::pool_windows).
+at::Tensor conv_forward(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                        const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
+                        const KernelCall& k, cuda::ConvEpilogue epilogue);
+
+// cuDNN's transposed convolution of call p, contiguous in `format` (by default NCHW, the layout
+// our passes read; cuDNN answers a channels-last input in channels-last).
+at::Tensor cudnn_conv(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                      const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
+                      at::MemoryFormat format = at::MemoryFormat::Contiguous);
+
+// cuDNN's transposed convolution of call p without bias, channels-last: its fastest layout (H100:
+// the VAE demo's k4 s2 layer 0.18 ms against 0.29 for an NCHW call, which transposes inside);
+// an NCHW input is transposed by our kernel.
+at::Tensor cudnn_conv_channels_last(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                    const ConvTranspose2dParams& p);
+
+// The conv of call p by `source`: ours, run as k says with epilogue ep, or cuDNN's (no epilogue:
+// callers ask for none then), contiguous NCHW either way.
+at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, const at::Tensor& weight,
+                   const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p, const KernelCall& k,
+                   const cuda::ConvEpilogue& ep);
+
+// Whether cuDNN's conv is a candidate for a call: strict float32 (its FFT / Winograd algorithms
+// do fewer multiply-adds than a direct GEMM on some shapes), and every call of an op whose cuDNN
+// form is the channels-last one (cudnn_pays: its channels-last kernels win on some layers).
+inline bool cudnn_is_candidate(const at::Tensor& input, bool cudnn_pays) { return cudnn_pays || strict_fp32(input); }
+
+// Whether PyTorch's settings allow a timed choice: cuDNN enabled and no determinism asked for (a
+// timed choice may differ, and so give other bits, from one process to the next).
+bool cudnn_may_be_timed();
+
+// Whose conv runs a call (cudnn_choice.h): ours, or where cuDNN is a candidate, the faster of ours
+// and cuDNN's for the call's shape (timed at its first call, cached per shape and options) unless
+// timing is not allowed; myops.backends' conv_source forces either. run(source) runs the whole op.
+// extra(): the op's own arguments that change its cost, as a string (built only for a timed
+// choice: most calls return before the key, and the string is host time before the first kernel).
+// The timed choice's key of a call: op, extra (the op's own arguments), shapes, layout, bias,
+// dtype, math, options.
+std::string conv_source_key(const char* op, const std::string& extra, const ConvTranspose2dParams& p,
+                            const at::Tensor& input, bool has_bias);
+
+template <typename Extra, typename Run>
+ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
+                       const std::optional<at::Tensor>& bias, const Extra& extra, bool cudnn_pays, const Run& run) {
+  const int forced = option(Option::ConvSource);
+  if (forced == kOurs) return ConvSource::Myops;
+  if (forced == kCudnn) return ConvSource::Cudnn;
+  if (!cudnn_is_candidate(input, cudnn_pays)) return ConvSource::Myops;
+  return timed_conv_source(conv_source_key(op, extra(), p, input, bias.has_value()),
+                           at::cuda::getCurrentCUDAStream(), cudnn_may_be_timed(), [&](ConvSource s) { run(s); });
+}
+
+// What runs op `op`'s conv for this call and why (myops.explain): the source rule and, for ours,
+// the engine with one line per engine passed over. plain_output / cudnn_pays as the op passes them.
+std::string explain_conv(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& bias,
+                         const ConvTranspose2dParams& p, bool plain_output, bool cudnn_pays);
+
+// conv_source's extra() for ops with no arguments beyond the conv's
+const auto no_extra = [] { return std::string(); };
+
+// conv_source's extra() for the GELU + GroupNorm ops
+inline auto gelu_group_norm_extra(c10::string_view approximate, int64_t num_groups) {
+  return [=] { return std::string(approximate) + std::to_string(num_groups); };
+}
+
+}  // namespace host
+}  // namespace myops

@@ -1,0 +1,61 @@
+"""myops.explain: which kernel runs a conv call and why, under the current myops.backends options."""
+import pytest
+import torch
+
+import myops
+import myops.backends
+from conftest import DEVICES, HAS_CUDA
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_header_names_the_call(device):
+    x = torch.randn(2, 8, 5, 6, device=device)
+    w = torch.randn(8, 4, 3, 3, device=device)
+    text = myops.explain(x, w, stride=2, padding=1, output_padding=1, op="conv_transpose2d_gelu_group_norm")
+    first = text.splitlines()[0]
+    assert first.startswith(f"myops.conv_transpose2d_gelu_group_norm on {device}")
+    assert "[2, 8, 5, 6] -> [2, 4, 10, 12]" in first and "float32" in first
+    assert "engine:" in text
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_op_and_bad_arguments_name_them(device):
+    x = torch.randn(1, 4, 3, 3, device=device)
+    w = torch.randn(4, 4, 3, 3, device=device)
+    with pytest.raises(RuntimeError, match="myops::explain: argument 'op'"):
+        myops.explain(x, w, op="conv2d")
+    with pytest.raises(RuntimeError, match="myops::explain: argument 'weight'"):
+        myops.explain(x, torch.randn(5, 4, 3, 3, device=device))
+    with pytest.raises(TypeError, match="myops.explain: argument 'stride' must be an int or a pair of ints"):
+        myops.explain(x, w, stride=2.0)
+
+
+def test_float_stride_gives_the_ops_own_error():
+    x, w = torch.randn(1, 4, 3, 3), torch.randn(4, 4, 3, 3)
+    with pytest.raises(TypeError, match="myops.conv_transpose2d: argument 'stride' must be an int or a pair"):
+        myops.conv_transpose2d(x, w, stride=2.0)
+    with pytest.raises(TypeError, match="myops.conv_transpose2d_gelu_group_norm: argument 'padding'"):
+        myops.conv_transpose2d_gelu_group_norm(x, w, padding=None, num_groups=2)
+    with pytest.raises(TypeError, match="argument 'groups' must be an int"):
+        myops.conv_transpose2d(x, w, groups=1.5)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_cuda_reasons_follow_the_options():
+    x = torch.randn(2, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16)
+    default = myops.explain(x, w)
+    assert "conv source: ours (forced" in default  # conftest forces our conv
+    with myops.backends.conv_engines("mma"):
+        text = myops.explain(x, w)
+        assert "engine: mma" in text
+        assert "direct: disabled" in text and "wgmma: disabled" in text
+    with myops.backends.conv_engines():
+        assert "engine: generic" in myops.explain(x, w)
+    myops.backends.set_options(conv_source="auto")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        strict = myops.explain(x.float(), w.float())
+        assert "the faster of ours and cuDNN's" in strict
+    finally:
+        torch.backends.cudnn.allow_tf32 = True
