@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kWideThreads) nchw_to_nhwc_wide_kernel(const u
 // (32-bit words: 2-byte accesses measured ~1 TB/s on the H100); a warp reads one channel row's
 // 128 bytes and writes one pixel's, and each thread issues all its loads before it waits for any.
 // kWordRows: every channel row starts 4-byte aligned (HW even, x aligned), so a pair is one load;
-// else (an odd pixel count: L2_11's 17 x 17 pooled maps) two 2-byte loads, the stores the same.
+// else (an odd pixel count: the 64->128 k5 (32^2) layer's 17 x 17 pooled maps) two 2-byte loads, the stores the same.
 constexpr int kTile16 = 64, kPass16 = 256 / 32;  // 256 threads: 8 channel rows (or pixels) a pass
 template <bool kWordRows, typename Map>
 __global__ void __launch_bounds__(256) nchw_to_nhwc_16bit_kernel(const unsigned short* __restrict__ x,

@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     // reads each pixel's kG values (one 4 / 8 / 16-byte load; 8 neighbouring pixels per quarter-warp
     // fall in distinct banks at the 48-byte pitch) and its 8 channels' weights, broadcast within
     // quarter-warps from the prepared layout [m16 block][input channel][16 channels]. The one-block
-    // build takes kG = 2 (219 registers; H100, strict L1_65's kernel: 8.28 ms against 8.70 with
+    // build takes kG = 2 (219 registers; H100, strict the 64->64 k3x7 (512^2) layer's kernel: 8.28 ms against 8.70 with
     // kG = 4 at 233 registers and 8.78 with kG = 1; pixel values double-buffered a group ahead or
     // the tap loop unrolled twice were slower), the two-block build kG = 1 (fits 128 registers;
     // measured better than kG = 2 with the halo copied by 4-byte cp.async to free the staging
@@ -531,8 +531,8 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
   constexpr bool kF32 = std::is_same<T, float>::value;
   if (t.ffma) {
     if constexpr (kF32) {
-      // Winograd rows: the one-block build always (H100, session 66: L1_57 15.05 ms against 15.85
-      // with the two-block build, which spills 184 bytes at 128 registers; L2_19's conv 15.9
+      // Winograd rows: the one-block build always (H100: the 64->64 k3 (1024^2) layer 15.05 ms against 15.85
+      // with the two-block build, which spills 184 bytes at 128 registers; the 64->64 k3 (256^2) layer's conv 15.9
       // against 16.5). Direct taps: two blocks per SM (the 128-register build) where their
       // shared memory fits.
       if (t.mt == 2 && t.wm == 2) {
@@ -670,7 +670,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
       const size_t smem = smem_layout(p, cand).bytes;
       if (!fits || smem > kMaxSmem || !phase_table_fits(p, cand.th, cand.tw)) continue;
       // one 4-warp block alone on an SM starves it (8-warp blocks keep 8 warps: measured on
-      // L1_65 / L2_11 float32, ~5% faster than two 4-warp blocks of 32 channels)
+      // the 64->64 k3x7 (512^2) layer / the 64->128 k5 (32^2) layer float32, ~5% faster than two 4-warp blocks of 32 channels)
       const bool starved = smem > kTwoBlocksSmem && wm == 1;
       cost *= static_cast<double>(col_tiles) * (starved ? 1.5 : 1.0) * (tw % 8 == 0 ? 1.0 : 1.05);
       if (best.mt == 0 || cost < best_cost) {

@@ -9,9 +9,9 @@ namespace {
 // than it saves: the copy is proportional to the input's bytes, the saving (the producer's load
 // latency off the MMAs' path) to the MMAs' work, so the rule is on the FLOPs per input byte,
 // 2 x C_out_g x kH x kW / element size, independent of the map size. H100, conv kernel alone
-// (torch.profiler), NCHW registers -> NHWC boxes, ms: bfloat16 L2_11 (3200 FLOP/B) 0.686 -> 0.503
-// for a 67 MB copy; L2_19 (576) 2.354 -> 2.086 for a 1.07 GB copy; VAE refine (1152) 0.201 ->
-// 0.171 for 67 MB; float32 L2_11 (1600) 0.929 -> 0.917, L1_65 (672) 1.129 -> 1.196.
+// (torch.profiler), NCHW registers -> NHWC boxes, ms: bfloat16 the 64->128 k5 (32^2) layer (3200 FLOP/B) 0.686 -> 0.503
+// for a 67 MB copy; the 64->64 k3 (256^2) layer (576) 2.354 -> 2.086 for a 1.07 GB copy; VAE refine (1152) 0.201 ->
+// 0.171 for 67 MB; float32 the 64->128 k5 (32^2) layer (1600) 0.929 -> 0.917, the 64->64 k3x7 (512^2) layer (672) 1.129 -> 1.196.
 constexpr int64_t kChannelsLastFlopsPerByte = 2048;
 bool channels_last_pays(const ConvTranspose2dParams& p, DType dtype) {
   return 2 * p.C_out_g * p.kH * p.kW >= kChannelsLastFlopsPerByte * dtype_bytes(dtype);
@@ -62,11 +62,11 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   // Tiles of 8 rows x 32 columns (four strips, m64n64 MMAs): a 16-bit tile row is then 64 bytes
   // of output, not 32; rows of these outputs are only 4-byte aligned, so each row piece straddles
   // one more 32-byte sector than it fills: 1.9x the output's bytes in L1 store sectors at 16
-  // columns (ncu, bfloat16 L1_57). In exchange each MMA reads the weights for half the pixels.
-  // H100, same build, queued ms, 16 x 16 -> 8 x 32, bfloat16 plain: L1_57 1.95 -> 1.69, VAE_up
-  // 0.173 -> 0.161, VAE_refine 0.188 -> 0.182, L2_19 1.86 -> 1.81; but L1_65 (21 taps) 0.72 ->
-  // 0.77, float32 L2_19 3.01 -> 3.14, L1_65 1.06 -> 1.22, and fused GELU + GroupNorm calls equal
-  // or slower (L2_19 2.66 -> 2.72) (session 42). Not where it takes many more tiles (maps of few
+  // columns (ncu, bfloat16 the 64->64 k3 (1024^2) layer). In exchange each MMA reads the weights for half the pixels.
+  // H100, same build, queued ms, 16 x 16 -> 8 x 32, bfloat16 plain: the 64->64 k3 (1024^2) layer 1.95 -> 1.69, VAE_up
+  // 0.173 -> 0.161, VAE_refine 0.188 -> 0.182, the 64->64 k3 (256^2) layer 1.86 -> 1.81; but the 64->64 k3x7 (512^2) layer (21 taps) 0.72 ->
+  // 0.77, float32 the 64->64 k3 (256^2) layer 3.01 -> 3.14, the 64->64 k3x7 (512^2) layer 1.06 -> 1.22, and fused GELU + GroupNorm calls equal
+  // or slower (the 64->64 k3 (256^2) layer 2.66 -> 2.72). Not where it takes many more tiles (maps of few
   // rows).
   const bool wide = !tall && f8.ok && dtype != DType::F32 &&
                     (wide_tiles == WideTiles::Always ||
@@ -76,16 +76,16 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   if (!f.ok) return refuse<WgmmaTiling>(why, "a phase's halo or tap table does not fit");
   if (!force && f.used < 0.6 * f.covered) return refuse<WgmmaTiling>(why, "its tiles would be under 60% inside the phase grids");
   // float32 chunks with fewer than 4 taps: per-chunk costs (halo, weights, barriers) dominate and
-  // the mma.sync kernel is faster (H100, session 38, k2 s2: 113 against 126 us); from 4 taps on
+  // the mma.sync kernel is faster (H100, an earlier measurement, k2 s2: 113 against 126 us); from 4 taps on
   // (k4 s2, k3 s2) this kernel won on 10 of 11 decoder layers, plain and fused (e.g. 256 -> 128
   // channels at 16^2: 96 -> 75 us; the DCGAN demo's 128 -> 64 at 16^2 fused: 237 -> 216 us).
   // 16-bit chunks carry twice the channels.
   if (!force && dtype == DType::F32 && f.most_taps < 4) return refuse<WgmmaTiling>(why, "float32 with fewer than 4 taps per phase");
   // 17-row strips run on the ping-pong kernel, whose single producer must keep two consumers fed:
-  // enough chunks per tile (measured with 4, on L2_11's 64 input channels in bfloat16; with
-  // 16-row strips and 9 taps the ping-pong form lost to two blocks per SM: H100, L2_19 6.6 ms
-  // against 5.6, L1_57 4.5 against 3.9; bfloat16 with 16-bit boxes in both forms, conv alone,
-  // session 26: L2_19 3.02-3.56 ms against 2.61, L1_57 4.23-4.84 against 2.04; its four-warp
+  // enough chunks per tile (measured with 4, on the 64->128 k5 (32^2) layer's 64 input channels in bfloat16; with
+  // 16-row strips and 9 taps the ping-pong form lost to two blocks per SM: H100, the 64->64 k3 (256^2) layer 6.6 ms
+  // against 5.6, the 64->64 k3 (1024^2) layer 4.5 against 3.9; bfloat16 with 16-bit boxes in both forms, conv alone,
+  //: the 64->64 k3 (256^2) layer 3.02-3.56 ms against 2.61, the 64->64 k3 (1024^2) layer 4.23-4.84 against 2.04; its four-warp
   // epilogue cannot keep up with the other consumer's short MMA phase)
   if (!force && blocks_per_sm(rows) == 1 && ceil_div(p.C_in_g, chunk_channels(dtype)) < 4)
     return refuse<WgmmaTiling>(why, "17-row strips with fewer than 4 input-channel chunks");
@@ -123,13 +123,13 @@ WgmmaTiling conv_wgmma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32M
   }
   // TMA input boxes, several chunks ahead (the register path has one chunk of loads in flight),
   // with two blocks per SM only. H100, conv alone, ms, register path / TMA pipeline (stages, boxes):
-  // float32 L2_19 3.754 / 3.376 (3, 2), L1_57 3.884 / 3.339; 16-bit boxes transposed by ldmatrix /
-  // stmatrix (session 25; bit-identical outputs): bfloat16 L2_19 (fused) 2.680 / 2.576 (2, 3),
-  // L1_57 2.555-2.579 / 2.013-2.026 (2, 3), 2.048 (2, 2). (Read value by value, 16-bit boxes lost:
-  // L2_19 2.447 / 2.615.) Where the boxes only fit one block per SM (L1_65: 21 taps per stage) they
-  // lost 33% (float32); the ping-pong kernel (L2_11) has no box path (float32 1.048 / 1.320 with a
+  // float32 the 64->64 k3 (256^2) layer 3.754 / 3.376 (3, 2), the 64->64 k3 (1024^2) layer 3.884 / 3.339; 16-bit boxes transposed by ldmatrix /
+  // stmatrix (bit-identical outputs): bfloat16 the 64->64 k3 (256^2) layer (fused) 2.680 / 2.576 (2, 3),
+  // the 64->64 k3 (1024^2) layer 2.555-2.579 / 2.013-2.026 (2, 3), 2.048 (2, 2). (Read value by value, 16-bit boxes lost:
+  // the 64->64 k3 (256^2) layer 2.447 / 2.615.) Where the boxes only fit one block per SM (the 64->64 k3x7 (512^2) layer: 21 taps per stage) they
+  // lost 33% (float32); the ping-pong kernel (the 64->128 k5 (32^2) layer) has no box path (float32 1.048 / 1.320 with a
   // per-value one; bfloat16 boxes transposed as here, issued across tile boundaries, 0.657 against
-  // 0.469 + 0.046 for NHWC staging + NHWC boxes; session 26). 16-bit boxes zero channels past the
+  // 0.469 + 0.046 for NHWC staging + NHWC boxes;). 16-bit boxes zero channels past the
   // input only, so a chunk must not straddle two groups' channels (else 0 x inf from the next group).
   const bool one_group_chunks = dtype == DType::F32 || p.groups == 1 || p.C_in_g % chunk_channels(dtype) == 0;
   if (allow_tma && one_group_chunks && blocks_per_sm(rows) == 2 && fits(kTwoBlocksSmem, t.stages, 0, false) &&
