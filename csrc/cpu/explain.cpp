@@ -14,8 +14,8 @@ std::string explain_cpu(const at::Tensor& input, const at::Tensor& weight, const
   const ConvTranspose2dParams p =
       check_conv_transpose2d("explain", input, weight, bias, stride, padding, output_padding, groups, dilation);
   return explain_header(name, input, p) +
-         "engine: the CPU kernels (csrc/cpu: a direct loop nest parallel over images and output channels, "
-         "with the op's epilogue fused)\n";
+         "engine: the CPU kernels (csrc/cpu: one at::mm per (image, group) and a col2im that visits only "
+         "the taps that reach each position, then the op's epilogue passes)\n";
 }
 
 }  // namespace
