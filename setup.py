@@ -42,7 +42,6 @@ def build_extension():
         ]
         return cpp_extension.CUDAExtension(
             "myops._C", sources, include_dirs=include_dirs,
-            define_macros=[("MYOPS_WITH_CUDA", "1")],
             extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags}, extra_link_args=openmp)
     return cpp_extension.CppExtension(
         "myops._C", sources, include_dirs=include_dirs,

@@ -10,13 +10,19 @@ constexpr std::array<const char*, 5> kExplainedOps = {
     "conv_transpose2d_channel_stats", "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"};
 }  // namespace
 
-void check_explained_op(const std::string& op) {
-  std::string known;
+ConvTranspose2dParams check_explain(const std::string& op, const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
+                                    c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+                                    c10::SymInt groups, c10::SymIntArrayRef dilation) {
+  bool known = false;
+  std::string names;
   for (const char* name : kExplainedOps) {
-    if (op == name) return;
-    known += std::string(known.empty() ? "" : ", ") + name;
+    known = known || op == name;
+    names += std::string(names.empty() ? "" : ", ") + name;
   }
-  MYOPS_CHECK_ARG(false, "explain", "op", "must be one of ", known, ", got '", op, "'");
+  MYOPS_CHECK_ARG(known, "explain", "op", "must be one of ", names, ", got '", op, "'");
+  return check_conv_transpose2d("explain", input, weight, bias, stride, padding, output_padding, std::move(groups),
+                                dilation);
 }
 
 std::string explain_header(const std::string& op, const at::Tensor& input, const ConvTranspose2dParams& p) {

@@ -3,15 +3,15 @@
 #include "cpu/vec_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MYOPS_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define CPU_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
-#define MYOPS_MULTIVERSION
+#define CPU_MULTIVERSION
 #endif
 
 namespace myops {
 namespace vec {
 
-MYOPS_MULTIVERSION void gelu_f32(const float* in, float* out, int64_t n, GeluApprox approx) {
+CPU_MULTIVERSION void gelu_f32(const float* in, float* out, int64_t n, GeluApprox approx) {
   if (approx == GeluApprox::Tanh) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh_f32(in[i]);
@@ -21,14 +21,14 @@ MYOPS_MULTIVERSION void gelu_f32(const float* in, float* out, int64_t n, GeluApp
   }
 }
 
-MYOPS_MULTIVERSION void sum_f32(const float* x, int64_t n, double& sum) {
+CPU_MULTIVERSION void sum_f32(const float* x, int64_t n, double& sum) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
   sum = s;
 }
 
-MYOPS_MULTIVERSION void sum_sq_dev_f32(const float* x, int64_t n, double center, double& m2) {
+CPU_MULTIVERSION void sum_sq_dev_f32(const float* x, int64_t n, double center, double& m2) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) {
@@ -38,12 +38,12 @@ MYOPS_MULTIVERSION void sum_sq_dev_f32(const float* x, int64_t n, double center,
   m2 = s;
 }
 
-MYOPS_MULTIVERSION void affine_tanh_f32(const float* x, float* y, int64_t n, float scale, float shift) {
+CPU_MULTIVERSION void affine_tanh_f32(const float* x, float* y, int64_t n, float scale, float shift) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = tanh_f32(x[i] * scale + shift);
 }
 
-MYOPS_MULTIVERSION void normalize_f32(const float* x, float* y, int64_t n, float mean, float scale,
+CPU_MULTIVERSION void normalize_f32(const float* x, float* y, int64_t n, float mean, float scale,
                                       float shift) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * scale + shift;

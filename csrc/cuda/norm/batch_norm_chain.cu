@@ -430,16 +430,16 @@ __device__ __forceinline__ void group_norm_pooled(const TailShared<T>& sh, int C
 }
 
 // The kernel's parameters, shared by its body and its two entry points (below).
-#define MYOPS_BN_TAIL_PARAMS                                                                      \
+#define BN_TAIL_PARAMS                                                                      \
   const T* __restrict__ x, int C, int C_g, PoolInts q, int batch_planes,                \
       const S* __restrict__ mean, const S* __restrict__ var, const T* __restrict__ w,              \
       const T* __restrict__ b, double bn_eps, const T* __restrict__ gamma,                        \
       const T* __restrict__ beta, double gn_eps, float inv_split_rows, float inv_phw, double inv_numel,      \
       T* __restrict__ y
-#define MYOPS_BN_TAIL_ARGS \
+#define BN_TAIL_ARGS \
   x, C, C_g, q, batch_planes, mean, var, w, b, bn_eps, gamma, beta, gn_eps, inv_split_rows, inv_phw, inv_numel, y
 template <int kWindow, typename T, typename S>
-__device__ __forceinline__ void bn_tanh_pool_group_norm_body(MYOPS_BN_TAIL_PARAMS) {
+__device__ __forceinline__ void bn_tanh_pool_group_norm_body(BN_TAIL_PARAMS) {
   using Tr = DTypeTraits<T>;
   using acc_t = typename Tr::acc_t;
   constexpr int kVec = Tr::kVec;
@@ -468,16 +468,16 @@ __device__ __forceinline__ void bn_tanh_pool_group_norm_body(MYOPS_BN_TAIL_PARAM
 }
 
 template <int kWindow, typename T, typename S>
-__global__ void bn_tanh_pool_group_norm_kernel(MYOPS_BN_TAIL_PARAMS) {
-  bn_tanh_pool_group_norm_body<kWindow, T, S>(MYOPS_BN_TAIL_ARGS);
+__global__ void bn_tanh_pool_group_norm_kernel(BN_TAIL_PARAMS) {
+  bn_tanh_pool_group_norm_body<kWindow, T, S>(BN_TAIL_ARGS);
 }
 // 16-bit window-stored tails: 5 blocks per SM (48 registers; H100, the 64->128 k5 (32^2) layer bfloat16:
 // 66.7-67.3 us against 70.0-70.7 at 4 blocks; float32 lost, 88.2-88.6 against 81.5-81.7). A
 // separate entry point, since ptxas compiles the other instances without bounds to other code
 // than with any explicit bound.
 template <typename T, typename S>
-__global__ void __launch_bounds__(kThreads, 5) bn_tanh_pool_group_norm_16bit_kernel(MYOPS_BN_TAIL_PARAMS) {
-  bn_tanh_pool_group_norm_body<3, T, S>(MYOPS_BN_TAIL_ARGS);
+__global__ void __launch_bounds__(kThreads, 5) bn_tanh_pool_group_norm_16bit_kernel(BN_TAIL_PARAMS) {
+  bn_tanh_pool_group_norm_body<3, T, S>(BN_TAIL_ARGS);
 }
 // The tail of a window-stored conv output (kWindow 3) for element type T.
 template <typename T, typename S>
@@ -485,8 +485,8 @@ constexpr auto stored_window_tail_kernel() {
   if constexpr (sizeof(T) == 2) return bn_tanh_pool_group_norm_16bit_kernel<T, S>;
   else return bn_tanh_pool_group_norm_kernel<3, T, S>;
 }
-#undef MYOPS_BN_TAIL_PARAMS
-#undef MYOPS_BN_TAIL_ARGS
+#undef BN_TAIL_PARAMS
+#undef BN_TAIL_ARGS
 
 // The window-stored tail as persistent blocks that copy each item's stored input with cp.async
 // while they finish the one before: the one-block-per-group kernel waits for its copy with

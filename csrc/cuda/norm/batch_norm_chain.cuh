@@ -35,7 +35,7 @@ inline bool pool_is_2x2(const Pool2dParams& q) {
 // output [N, C, q.H, q.W] whose tiles are split_rows rows tall, [N, C, window_store_rows(q.H,
 // split_rows), q.W / 2], and q a 2 x 2 pool of stride 2 without padding or dilation. after_stats:
 // the kernel ahead in the stream is channel_stats_from_tiles's and x was written before it (the
-// tail may then start under it; MYOPS_TAIL_PDL=0 turns that off).
+// tail may then start under it; Option::EarlyLaunch off turns that off).
 bool batch_norm_tanh_max_pool2d_group_norm_fits(DType dtype, int64_t N, int64_t C, int64_t num_groups,
                                                 const Pool2dParams& q, int64_t split_rows = 0);
 cudaError_t batch_norm_tanh_max_pool2d_group_norm(const void* x, DType dtype, int64_t N, int64_t C,

@@ -41,11 +41,11 @@ struct FollowShape {
 
 // Follower blocks for a call of shape s on a device of `sms` multiprocessors: sms / 4 where the
 // overlap is expected to pay (group_norm_follow_pays: the rule and its data), else 0 (the separate
-// statistics and normalise passes). MYOPS_GN_FOLLOWERS=k forces k blocks whatever the shape (0: off).
+// statistics and normalise passes). Option::GnFollowers = k forces k blocks whatever the shape (0: off).
 int group_norm_follow_blocks(int sms, const FollowShape& s);
 
 // The L2Hint flags for the conv and its followers in dtype (group_norm_follow.cu: the data);
-// MYOPS_L2HINT=flags overrides them (A/B runs).
+// (16-bit only: see group_norm_follow.cu)
 unsigned group_norm_follow_l2_hints(DType dtype);
 
 }  // namespace cuda

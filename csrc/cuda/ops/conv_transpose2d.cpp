@@ -36,9 +36,8 @@ std::string explain_cuda(const at::Tensor& input, const at::Tensor& weight, cons
                          c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
                          c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view op) {
   const std::string name(op);
-  check_explained_op(name);
   const ConvTranspose2dParams p =
-      check_conv_transpose2d("explain", input, weight, bias, stride, padding, output_padding, groups, dilation);
+      check_explain(name, input, weight, bias, stride, padding, output_padding, std::move(groups), dilation);
   const c10::cuda::CUDAGuard guard(input.device());
   // plain_output and cudnn_pays as each op passes them to its conv (this file, conv_gelu_group_norm.cpp,
   // batch_norm_chain.cpp)
