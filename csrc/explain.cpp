@@ -26,8 +26,7 @@ ConvTranspose2dParams check_explain(const std::string& op, const at::Tensor& inp
 }
 
 std::string explain_header(const std::string& op, const at::Tensor& input, const ConvTranspose2dParams& p) {
-  const bool channels_last = input.dim() == 4 && input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-                             !input.is_contiguous();
+  const bool channels_last = output_memory_format(input) == at::MemoryFormat::ChannelsLast;
   std::string math;
   if (input.is_cuda() && input.scalar_type() == at::kFloat)
     math = at::globalContext().allowTF32CuDNN() ? " (TF32 allowed)" : " (strict: TF32 off)";

@@ -11,7 +11,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-
 import torch
 import torch.nn.functional as F
 from torch import fx

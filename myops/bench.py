@@ -6,8 +6,8 @@ against a float64 reference.
 """
 import argparse
 import copy
-import gc
 import datetime
+import gc
 import json
 import os
 import sys

@@ -38,12 +38,10 @@ std::array<std::atomic<int>, kCount>& table() {
 int option(Option o) { return table()[static_cast<int>(o)].load(std::memory_order_relaxed); }
 void set_option(Option o, int value) { table()[static_cast<int>(o)].store(value, std::memory_order_relaxed); }
 const char* option_name(int index) { return index >= 0 && index < kCount ? kEntries[index].name : nullptr; }
-int option_default(Option o) { return kEntries[static_cast<int>(o)].default_value; }
-
 std::string options_key() {
-  std::string key;
-  for (int i = 0; i < kCount; ++i) key += std::to_string(table()[i].load(std::memory_order_relaxed)) + ",";
-  return key;
+  std::array<int, kCount> values;
+  for (int i = 0; i < kCount; ++i) values[i] = table()[i].load(std::memory_order_relaxed);
+  return std::string(reinterpret_cast<const char*>(values.data()), sizeof(values));
 }
 
 }  // namespace myops

@@ -39,8 +39,8 @@ int option(Option o);
 void set_option(Option o, int value);
 // "conv_source", "direct", ...: the Python names, in Option order; nullptr past the end
 const char* option_name(int index);
-int option_default(Option o);
-// Every option's value, as a string: part of the keys of cached choices that depend on them.
+// Every option's value, as bytes in a string: part of the keys of cached choices that depend on
+// them (one copy, no formatting: the timed choice builds its key on every call it may time).
 std::string options_key();
 
 }  // namespace myops

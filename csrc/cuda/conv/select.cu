@@ -57,46 +57,42 @@ void reject(Rejections* r, const char* engine, const std::string& reason) {
 ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_math, const PlanOptions& o,
                    int device_sm, Rejections* rejected) {
   ConvPlan plan;
-  std::string why;
+  std::string why;  // the last engine's refusal
+  const char* disabled = "disabled (myops.backends)";
   const char* forced = "skipped: force_wgmma puts the Hopper engine first";
-  if (!o.direct) reject(rejected, "direct", "disabled (myops.backends)");
-  else if (o.force_wgmma) reject(rejected, "direct", forced);
-  else plan.direct = conv_direct_tiling(p, dtype, &why);
-  if (plan.direct.cb > 0) {
+  // each engine in turn: skipped (with the reason), or asked; taken where it accepts
+  const char* skip = !o.direct ? disabled : o.force_wgmma ? forced : nullptr;
+  if (skip == nullptr && (plan.direct = conv_direct_tiling(p, dtype, &why)).cb > 0) {
     plan.engine = ConvEngine::Direct;
     plan.tiles_per_sample = conv_direct_tiles_per_sample(p);
     plan.prepared_numel = conv_generic_prepared_weight_numel(p);
     return plan;
   }
-  if (o.direct && !o.force_wgmma) reject(rejected, "direct", why);
-  if (!o.few_channels) reject(rejected, "few_channels", "disabled, or the call stores statistics");
-  else if (o.force_wgmma) reject(rejected, "few_channels", forced);
-  else plan.few_channels = conv_few_channels_tiling(p, dtype, &why);
-  if (plan.few_channels.cols > 0) {
+  reject(rejected, "direct", skip != nullptr ? skip : why);
+  skip = !o.few_channels ? "disabled, or the call stores statistics" : o.force_wgmma ? forced : nullptr;
+  if (skip == nullptr && (plan.few_channels = conv_few_channels_tiling(p, dtype, &why)).cols > 0) {
     plan.engine = ConvEngine::FewChannels;
     plan.prepared_numel = conv_generic_prepared_weight_numel(p);
     return plan;
   }
-  if (o.few_channels && !o.force_wgmma) reject(rejected, "few_channels", why);
-  if (!o.mma || !o.wgmma) reject(rejected, "wgmma", "disabled (myops.backends)");
-  else plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, o.force_wgmma, o.tma, o.channels_last,
-                                   o.wide_tiles, &why);
-  if (plan.wg.q > 0) {
+  reject(rejected, "few_channels", skip != nullptr ? skip : why);
+  skip = !o.mma || !o.wgmma ? disabled : nullptr;
+  if (skip == nullptr && (plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, o.force_wgmma, o.tma,
+                                                      o.channels_last, o.wide_tiles, &why)).q > 0) {
     plan.engine = ConvEngine::Wgmma;
     plan.tiles_per_sample = conv_wgmma_tiles_per_sample(p, plan.wg);
     plan.prepared_numel = conv_wgmma_prepared_weight_numel(p, dtype);
     return plan;
   }
-  if (o.mma && o.wgmma) reject(rejected, "wgmma", why);
-  if (!o.mma) reject(rejected, "mma", "disabled (myops.backends)");
-  else plan.tiling = conv_mma_tiling(p, dtype, fp32_math, o.winograd, &why);
-  if (plan.tiling.mt > 0) {
+  reject(rejected, "wgmma", skip != nullptr ? skip : why);
+  skip = !o.mma ? disabled : nullptr;
+  if (skip == nullptr && (plan.tiling = conv_mma_tiling(p, dtype, fp32_math, o.winograd, &why)).mt > 0) {
     plan.engine = ConvEngine::Mma;
     plan.tiles_per_sample = conv_mma_tiles_per_sample(p, plan.tiling);
     plan.prepared_numel = conv_mma_prepared_weight_numel(p, dtype, plan.tiling);
     return plan;
   }
-  if (o.mma) reject(rejected, "mma", why);
+  reject(rejected, "mma", skip != nullptr ? skip : why);
   plan.tiles_per_sample = conv_generic_tiles_per_sample(p);
   plan.prepared_numel = conv_generic_prepared_weight_numel(p);
   return plan;

@@ -63,7 +63,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cu
     ChannelStats r = conv_channel_stats(kOp, source, input, weight, bias, p, kernel_call(p, input), {});
     return {in_output_format(kOp, r.out, input), r.mean, r.var};
   };
-  return run(conv_source(kOp, p, input, bias, no_extra, false, run));
+  return run(conv_source(kOp, p, input, bias, no_extra, run));
 }
 
 // BN (given statistics) + tanh + max-pool + GroupNorm of contiguous NCHW x with pooling q, into a
@@ -194,7 +194,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
     for (const int64_t v : {q.kH, q.kW, q.sH, q.sW, q.pH, q.pW, q.dH, q.dW}) e += "," + std::to_string(v);
     return e;
   };
-  return run(conv_source(kOp, p, input, bias, extra, false, run));
+  return run(conv_source(kOp, p, input, bias, extra, run));
 }
 
 }  // namespace

@@ -103,14 +103,14 @@ std::string conv_source_key(const char* op, const std::string& extra, const Conv
 }
 
 std::string explain_conv(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& bias,
-                         const ConvTranspose2dParams& p, bool plain_output, bool cudnn_pays) {
+                         const ConvTranspose2dParams& p, bool plain_output) {
   std::string source;
   const int forced = option(Option::ConvSource);
   if (forced == kOurs) {
     source = "ours (forced: myops.backends conv_source='myops')";
   } else if (forced == kCudnn) {
     source = "cuDNN's (forced: myops.backends conv_source='cudnn'); our passes follow it";
-  } else if (!cudnn_is_candidate(input, cudnn_pays)) {
+  } else if (!cudnn_is_candidate(op, input)) {
     source = "ours (cuDNN is a candidate only for strict float32, or where the op's cuDNN form is channels-last)";
   } else if (!cudnn_may_be_timed()) {
     source = "ours (cuDNN would be timed against ours, but cuDNN is disabled or determinism is asked for)";

@@ -6,6 +6,7 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include <string>
+#include <string_view>
 
 #include "common/options.h"
 #include "cuda/conv/conv_transpose2d.cuh"
@@ -64,10 +65,16 @@ at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, c
                    const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p, const KernelCall& k,
                    const cuda::ConvEpilogue& ep);
 
-// Whether cuDNN's conv is a candidate for a call: strict float32 (its FFT / Winograd algorithms
-// do fewer multiply-adds than a direct GEMM on some shapes), and every call of an op whose cuDNN
-// form is the channels-last one (cudnn_pays: its channels-last kernels win on some layers).
-inline bool cudnn_is_candidate(const at::Tensor& input, bool cudnn_pays) { return cudnn_pays || strict_fp32(input); }
+// Whether cuDNN's conv is a candidate for a call of op `op`: strict float32 (its FFT / Winograd
+// algorithms do fewer multiply-adds than a direct GEMM on some shapes), and every call where the
+// op's cuDNN form is the channels-last one, whose kernels win on some layers: the plain conv of a
+// channels-last input (cuDNN answers in that layout) and the fused GELU + GroupNorm op (our passes
+// read cuDNN's NHWC output).
+inline bool cudnn_is_candidate(const char* op, const at::Tensor& input) {
+  const std::string_view name(op);
+  if (name == "conv_transpose2d" && output_memory_format(input) == at::MemoryFormat::ChannelsLast) return true;
+  return name == "conv_transpose2d_gelu_group_norm" || strict_fp32(input);
+}
 
 // Whether PyTorch's settings allow a timed choice: cuDNN enabled and no determinism asked for (a
 // timed choice may differ, and so give other bits, from one process to the next).
@@ -85,19 +92,19 @@ std::string conv_source_key(const char* op, const std::string& extra, const Conv
 
 template <typename Extra, typename Run>
 ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
-                       const std::optional<at::Tensor>& bias, const Extra& extra, bool cudnn_pays, const Run& run) {
+                       const std::optional<at::Tensor>& bias, const Extra& extra, const Run& run) {
   const int forced = option(Option::ConvSource);
   if (forced == kOurs) return ConvSource::Myops;
   if (forced == kCudnn) return ConvSource::Cudnn;
-  if (!cudnn_is_candidate(input, cudnn_pays)) return ConvSource::Myops;
+  if (!cudnn_is_candidate(op, input)) return ConvSource::Myops;
   return timed_conv_source(conv_source_key(op, extra(), p, input, bias.has_value()),
                            at::cuda::getCurrentCUDAStream(), cudnn_may_be_timed(), [&](ConvSource s) { run(s); });
 }
 
 // What runs op `op`'s conv for this call and why (myops.explain): the source rule and, for ours,
-// the engine with one line per engine passed over. plain_output / cudnn_pays as the op passes them.
+// the engine with one line per engine passed over. plain_output as the op passes it to kernel_call.
 std::string explain_conv(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& bias,
-                         const ConvTranspose2dParams& p, bool plain_output, bool cudnn_pays);
+                         const ConvTranspose2dParams& p, bool plain_output);
 
 // conv_source's extra() for ops with no arguments beyond the conv's
 const auto no_extra = [] { return std::string(); };

@@ -234,7 +234,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
     }
     return normalised_output(kOp, r, num_groups, gn_weight, gn_bias, input);
   };
-  return run(conv_source(kOp, p, input, bias, gelu_group_norm_extra(approximate, num_groups), true, run));
+  return run(conv_source(kOp, p, input, bias, gelu_group_norm_extra(approximate, num_groups), run));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats_cuda(
@@ -260,7 +260,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
     return {in_output_format(kOp, r.out, input), mean.view({p.N, num_groups}),
             rstd.view({p.N, num_groups})};
   };
-  return run(conv_source(kOp, p, input, bias, gelu_group_norm_extra(approximate, num_groups), false, run));
+  return run(conv_source(kOp, p, input, bias, gelu_group_norm_extra(approximate, num_groups), run));
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
                : in_output_format(kOp, conv_forward(kOp, input, weight, bias, p, kernel_call(p, input, true), {}),
                                   input);
   };
-  return run(conv_source(kOp, p, input, bias, no_extra, format == at::MemoryFormat::ChannelsLast, run));
+  return run(conv_source(kOp, p, input, bias, no_extra, run));
 }
 
 std::string explain_cuda(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -39,12 +39,8 @@ std::string explain_cuda(const at::Tensor& input, const at::Tensor& weight, cons
   const ConvTranspose2dParams p =
       check_explain(name, input, weight, bias, stride, padding, output_padding, std::move(groups), dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  // plain_output and cudnn_pays as each op passes them to its conv (this file, conv_gelu_group_norm.cpp,
-  // batch_norm_chain.cpp)
-  const bool plain = name == "conv_transpose2d";
-  const bool cudnn_pays = plain ? output_memory_format(input) == at::MemoryFormat::ChannelsLast
-                                : name == "conv_transpose2d_gelu_group_norm";
-  return explain_header(name, input, p) + explain_conv(name.c_str(), input, bias, p, plain, cudnn_pays);
+  // (only the plain conv stores nothing but the conv's output: kernel_call's plain_output)
+  return explain_header(name, input, p) + explain_conv(name.c_str(), input, bias, p, name == "conv_transpose2d");
 }
 
 }  // namespace
