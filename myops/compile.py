@@ -12,7 +12,8 @@ fused op with its own autograd formula, so training graphs save the fused op's i
 its gradients (a post-grad rewrite would only see the forward half of a joint graph, with gelu
 and group_norm already decomposed). The pass is a CustomGraphPass whose uuid() covers this module's
 source and the options, so Inductor's FX graph cache keys compiled graphs by it: a graph compiled
-without the pass is never reused with it, and vice versa.
+without the pass is never reused with it, and vice versa. While enabled, the pass runs before the
+cache lookup (Inductor's "early" pre-grad timing), so stats() counts graphs served from the cache too.
 
 Standalone transposed convolutions: by default (conv_transpose2d="auto") those that are image heads
 after a rewritten chain (<= 4 output channels per group, input produced by a myops op) become
@@ -83,11 +84,12 @@ class MyopsFusionPass(CustomGraphPass):
 
     def __init__(self, conv_transpose2d: _fx_match.StandaloneConv = "auto",
                  devices: Optional[Tuple[str, ...]] = DEFAULT_DEVICES,
-                 chained: Optional[object] = None, measure: bool = False):
+                 chained: Optional[object] = None, measure: bool = False, chained_timing: Optional[str] = None):
         self.conv_transpose2d = conv_transpose2d
         self.devices = devices
         self.measure = measure
         self.chained = chained
+        self.chained_timing = chained_timing  # Inductor's pre-grad timing before enable(), restored by disable()
 
     def options(self):
         return dict(conv_transpose2d=self.conv_transpose2d, devices=self.devices, measure=self.measure)
@@ -106,6 +108,11 @@ class MyopsFusionPass(CustomGraphPass):
         chained = getattr(self.chained, "uuid", lambda: None)() if self.chained is not None else None
         devices = "all" if self.devices is None else "+".join(self.devices)
         return f"myops-{_source_hash()}-conv{self.conv_transpose2d}-{devices}-measure{int(self.measure)}-{chained}"
+
+
+# Inductor's setting for when pre-grad passes run: "late" (torch's default for a pass with a uuid)
+# skips them on a cache hit. Torch versions without it run them before the lookup.
+_TIMING = "pre_grad_pass_timing"
 
 
 def enable(*, conv_transpose2d: _fx_match.StandaloneConv = "auto", devices: Devices = DEFAULT_DEVICES,
@@ -135,17 +142,24 @@ def enable(*, conv_transpose2d: _fx_match.StandaloneConv = "auto", devices: Devi
     if isinstance(current, MyopsFusionPass):
         if current.options() == dict(conv_transpose2d=conv_transpose2d, devices=types, measure=measure):
             return
-        previous = current.chained
+        previous, timing = current.chained, current.chained_timing
     else:
-        previous = current
-    inductor_config.pre_grad_custom_pass = MyopsFusionPass(conv_transpose2d, types, chained=previous, measure=measure)
+        previous, timing = current, getattr(inductor_config, _TIMING, None)
+    inductor_config.pre_grad_custom_pass = MyopsFusionPass(conv_transpose2d, types, chained=previous, measure=measure,
+                                                           chained_timing=timing)
+    if timing is not None:
+        # the pass must see every graph, including those the AOTAutograd cache serves, for stats()
+        setattr(inductor_config, _TIMING, "early")
 
 
 def disable() -> None:
-    """Removes the rewrite (restoring a pre-grad pass that was set before enable())."""
+    """Removes the rewrite (restoring a pre-grad pass that was set before enable(), and Inductor's
+    pre-grad timing)."""
     current = inductor_config.pre_grad_custom_pass
     if isinstance(current, MyopsFusionPass):
         inductor_config.pre_grad_custom_pass = current.chained
+        if current.chained_timing is not None:
+            setattr(inductor_config, _TIMING, current.chained_timing)
 
 
 def is_enabled() -> bool:
@@ -167,8 +181,8 @@ def enabled(**options):
 
 
 def stats() -> Dict[str, int]:
-    """{pattern name: replacements made} since reset_stats(). Counts rewrites performed by
-    compilations; a graph served from Inductor's cache was rewritten when it was first compiled."""
+    """{pattern name: replacements made} since reset_stats(), in this process: by each compilation,
+    including those whose compiled graph Inductor's caches served."""
     return dict(_stats)
 
 

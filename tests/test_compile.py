@@ -247,6 +247,50 @@ def test_cache_never_mixes_graphs_with_and_without_the_pass(tmp_path, monkeypatc
     assert mc.MyopsFusionPass(devices=("cuda",)).uuid() != mc.MyopsFusionPass(devices=None).uuid()
 
 
+_CACHED_COMPILE = """
+import json, sys, torch
+from torch._dynamo.utils import counters
+sys.path.insert(0, {tests!r})
+import myops.compile as mc
+from test_compile import Block
+mc.enable(devices=None)
+model = Block(4, 6, 3, 3)
+x = torch.randn(2, 4, 5, 5)
+with torch.no_grad():
+    out = torch.compile(model, fullgraph=True)(x)
+    torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
+hits = counters["aot_autograd"]["autograd_cache_hit"] + counters["inductor"]["fxgraph_cache_hit"]
+print(json.dumps(dict(stats=mc.stats(), hits=hits)))
+"""
+
+
+def test_stats_count_graphs_served_from_the_cache(tmp_path):
+    # two processes, one cache directory: the second gets the compiled graph from Inductor's
+    # caches and must still count the chain it runs fused
+    import json
+    import os
+    import subprocess
+    import sys
+    script = _CACHED_COMPILE.format(tests=os.path.dirname(__file__))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True,
+                                      text=True).stdout.strip().splitlines()[-1]) for _ in range(2)]
+    assert runs[0]["hits"] == 0 and runs[1]["hits"] > 0, runs
+    assert runs[0]["stats"][FUSED] == runs[1]["stats"][FUSED] == 1, runs
+
+
+def test_disable_restores_inductors_pre_grad_timing():
+    config = torch._inductor.config
+    if not hasattr(config, "pre_grad_pass_timing"):
+        pytest.skip("this torch has no pre-grad pass timing setting")
+    before = config.pre_grad_pass_timing
+    mc.enable(devices=None)
+    assert config.pre_grad_pass_timing == "early"
+    mc.enable(devices=None, conv_transpose2d=True)
+    mc.disable()
+    assert config.pre_grad_pass_timing == before
+
+
 def test_enable_is_idempotent_context_manager_and_logs(caplog):
     mc.enable(devices=None)
     first = torch._inductor.config.pre_grad_custom_pass
