@@ -1,8 +1,8 @@
 // The Autograd kernel of every myops op on CPU and CUDA, in C++: a call that needs no gradient (no
 // input requires grad, or grad mode off: inference, the forward of a compiled inference graph)
 // goes straight below the Autograd key, without entering Python. The Python kernel that
-// torch.library.register_autograd installs did that redispatch itself: 11-64 us of host time per
-// call before the first kernel. A call that needs a gradient runs
+// torch.library.register_autograd installs did that redispatch itself, in Python, before the first
+// kernel of every call. A call that needs a gradient runs
 // the op's Python autograd formula (myops/_autograd.py), which hands it over at import through
 // myops._C._set_autograd_formula; every other device keeps register_autograd's Python kernel.
 #include "autograd_entry.h"

@@ -93,7 +93,7 @@ TORCH_LIBRARY(myops, m) {
       "SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, "
       "SymInt[2] dilation, str approximate, int num_groups, float eps) -> (Tensor, Tensor, Tensor)",
       tags);
-  // The the 64->128 k5 (32^2) layer chain conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm, as two
+  // The BatchNorm chain conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm, as two
   // functional ops: the conv with its per-channel batch statistics (mean, biased variance), and
   // the rest given the statistics to normalise with; running buffers are updated outside.
   m.def(

@@ -119,7 +119,7 @@ Pool2dParams check_batch_norm_tanh_max_pool2d_group_norm(
     at::IntArrayRef pool_dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
     const std::optional<at::Tensor>& gn_bias);
 
-// All checks of conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm (the whole the 64->128 k5 (32^2) layer chain in
+// All checks of conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm (the whole BatchNorm chain in
 // one op), shared by its CPU and CUDA kernels: the conv's, then the tail's on the conv output's
 // shape. In training the batch statistics normalise (mean / var must be None, and the output needs
 // more than one value per channel); otherwise mean / var are required.

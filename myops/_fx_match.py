@@ -360,8 +360,7 @@ def _is_myops_output(node) -> bool:
 def _is_head_after_chain(conv) -> bool:
     """A transposed convolution to at most HEAD_CHANNELS channels per group whose input a myops op
     produced. Its input is then NCHW; Inductor would run cuDNN's conv channels-last, after a layout
-    copy of that input and with transposes inside cuDNN (H100, DCGAN demo: its 64 -> 3 head cost
-    ~0.25 ms that way, against ~0.2 ms in myops.conv_transpose2d)."""
+    copy of that input and with transposes inside cuDNN, slower than myops.conv_transpose2d on it."""
     w = _meta(conv[1])
     return _is_myops_output(conv[0]) and w is not None and isinstance(w.shape[1], int) and w.shape[1] <= HEAD_CHANNELS
 

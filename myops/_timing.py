@@ -30,8 +30,8 @@ def _warm_up(fns: Dict[str, Callable], device: str, warmup: int) -> None:
 def median_ms_each(fns: Dict[str, Callable], device: str, warmup: int = 3, reps: int = 20) -> Dict[str, float]:
     """The median time of each callable, timed in rounds of one call each, in turn: a drift of the
     device's speed during the run (clocks, temperature) then falls on all of them alike instead of
-    on whichever is timed last (H100, strict float32 L1_65: the same cuDNN kernels measured 3-5%
-    slower after two other timings of them than before)."""
+    on whichever is timed last (the same kernels can run a few percent slower after other timings
+    than before)."""
     _warm_up(fns, device, warmup)
     times = {label: [] for label in fns}
     for _ in range(reps):

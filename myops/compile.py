@@ -20,9 +20,8 @@ after a rewritten chain (<= 4 output channels per group, input produced by a myo
 myops.conv_transpose2d: Inductor would hand cuDNN that NCHW tensor through layout conversions.
 
 Which devices: by default the pass rewrites chains on CUDA tensors only. The CPU kernels are
-reference implementations (at::mm + col2im), 2-3x slower than the oneDNN convolution Inductor calls
-on the CPU, so a CPU model compiled with the rewrite would run slower (the demos measured 0.48-0.53x
-of plain torch.compile on a 2-core CPU). ``enable(devices=None)`` rewrites on every device.
+reference implementations (at::mm + col2im), slower than the oneDNN convolution Inductor calls
+on the CPU, so a CPU model compiled with the rewrite would run slower. ``enable(devices=None)`` rewrites on every device.
 
 Measured selection (``enable(measure=True)``): each matched chain is timed at compile time, on
 the graph's shapes and device with random inputs, as the fused op and as the chain in eager

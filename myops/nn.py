@@ -28,9 +28,8 @@ _is_compiling = torch.compiler.is_compiling
 
 def _own_member(module: nn.Module, name: str):
     """``module.<name>`` for a parameter, buffer or child module, read from the module's own dicts:
-    a plain read of one goes through a failed attribute lookup and nn.Module.__getattr__ (~1 us
-    each on the CPU machine, against ~0.1 us here; a dozen per fused call, all before its first
-    kernel). Anything else (a parametrization's property, a plain attribute) takes the plain path."""
+    a plain read of one goes through a failed attribute lookup and nn.Module.__getattr__ (about
+    ten times slower; a dozen per fused call, all before its first kernel). Anything else (a parametrization's property, a plain attribute) takes the plain path."""
     state = module.__dict__
     for store in _STORES:
         value = state.get(store, _MISSING)

@@ -299,7 +299,7 @@ def update_running_stats(running_mean: Tensor, running_var: Tensor, mean: Tensor
     """BatchNorm's buffer update, in place: ``r = (1 - momentum) * r + momentum * batch`` with the
     unbiased variance ``var * count / (count - 1)`` entering ``running_var``, and
     ``num_batches_tracked += 1`` where given: one kernel (``myops.batch_norm_update_running_stats``)
-    where torch's ops took four launches after every training step (H100: ~14 us of GPU time)."""
+    where torch's ops take four launches after every training step."""
     unbiased = count / (count - 1) if count > 1 else 1.0
     _UPDATE_RUNNING_STATS(running_mean, running_var, mean.detach(), var.detach(), momentum, unbiased,
                           num_batches_tracked)

@@ -1,4 +1,4 @@
-// The whole the 64->128 k5 (32^2) layer chain in one call on the CPU: the two ops' kernels one after the other (the
+// The whole BatchNorm chain in one call on the CPU: the two ops' kernels one after the other (the
 // conv with its batch statistics in training, else the plain conv; then BN + tanh + max-pool +
 // GroupNorm). The one-call op exists for the CUDA kernels' cheaper intermediate (bindings.cpp).
 #include <ATen/ATen.h>

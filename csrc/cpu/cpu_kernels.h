@@ -15,7 +15,7 @@ at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& w
                                     const std::optional<at::Tensor>& bias,
                                     const ConvTranspose2dParams& p);
 
-// The CPU kernels of the 64->128 k5 (32^2) layer chain's two ops, which the one-call op composes.
+// The CPU kernels of the BatchNorm chain's two ops, which the one-call op composes.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cpu(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,

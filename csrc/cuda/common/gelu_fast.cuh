@@ -1,8 +1,7 @@
 #pragma once
 // F.gelu's two forms for the conv epilogues in float32, in about half the instructions of
-// erff / tanhf (the GELU epilogue issued ~39% of the fused the 64->64 k3 (256^2) layer kernel's instructions, ~37 per
-// element for erff: H100 profile). Both are one polynomial and one MUFU.EX2, no
-// branches. Exhaustive float32 check on [-40, 40] against float64 (scripts/check_gelu_fast.cu,
+// erff / tanhf (with those, GELU was a large share of a fused conv kernel's instructions). Both are
+// one polynomial and one MUFU.EX2, no branches. Exhaustive float32 check on [-40, 40] against float64 (scripts/check_gelu_fast.cu,
 // host build with exact exp2): max |error| / max(1, |x|) 1.05e-7 (erf) and 1.21e-7 (tanh), as
 // PyTorch's own float32 formulas (1.07e-7, 1.46e-7); relative error on the negative tail 2e-6
 // where those lose up to 1.5% to cancellation in 1 + erf / 1 + tanh. Limits as PyTorch: +inf ->
@@ -60,8 +59,7 @@ MYOPS_HD float gelu_erf_fast(float x) {
 }
 
 // Outputs rounded to 16 bits: h of degree 6, relative error of e below 6e-6, about 1% of half a
-// float16 ulp (2^-11) and less of a bfloat16's: three fewer FMAs per value, where GELU issued a
-// quarter of bfloat16 the 64->64 k3 (256^2) layer's conv instructions (H100 SourceCounters).
+// float16 ulp (2^-11) and less of a bfloat16's: three fewer FMAs per value.
 MYOPS_HD float gelu_erf_fast_16bit(float x) {
   const float u = fabsf(x);
   const float h = horner(fminf(u, 5.5f), 1.734391049e-06f, -5.973178486e-05f, 9.167920216e-04f, -8.457072079e-03f,

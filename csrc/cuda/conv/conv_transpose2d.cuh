@@ -17,10 +17,9 @@ namespace cuda {
 
 // L2 eviction priorities for a conv that GroupNorm followers normalise behind (group_norm_follow.cuh):
 // its input is read about once, its output read back and rewritten soon after, and the followers'
-// writes are final. Without hints most follower reads missed L2 (H100, the 64->64 k3 (256^2) layer, 33 followers, DRAM
-// bytes over the op by ncu range replay: bfloat16 read 1.89 GB / written 1.98 GB where the conv
-// alone moves 1.07 / 1.09; float32 4.37 / 4.39 against 2.15 / 2.18). With all three below:
-// bfloat16 1.18 / 1.19, float32 4.13 / 3.82 (its 17 MB images mostly still miss). Bit flags:
+// writes are final. Without hints most follower reads missed L2 and the op moved nearly twice the
+// conv's DRAM bytes; with all three below, close to the conv's own (float32 images larger than L2
+// still mostly miss). Bit flags:
 enum L2Hint : unsigned {
   kL2InputEvictFirst = 1,    // the conv's input boxes (the two-block wgmma kernel's NCHW boxes)
   kL2OutputEvictLast = 2,    // the conv's whole-pair output stores (conv_epilogue_pairs)

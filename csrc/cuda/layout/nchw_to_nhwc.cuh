@@ -78,8 +78,8 @@ __global__ void nchw_to_nhwc_kernel(const Raw* __restrict__ x, Raw* __restrict__
 // 4-byte types where C and HW are multiples of 4 and both tensors 16-byte aligned: 32 channels x
 // 128 pixels per tile and 16-byte accesses both ways (a warp reads 512 bytes of one channel row,
 // and writes 4 pixels' 128 bytes of channels), each thread's four loads in flight together,
-// through the swizzled tile of transpose_tile.cuh (4-pixel units, 4-channel packs). H100: the
-// 32 x 32 scalar tiles above moved the VAE demo's 16 x 128 x 64^2 input at ~1.6 TB/s.
+// through the swizzled tile of transpose_tile.cuh (4-pixel units, 4-channel packs): the 32 x 32
+// scalar tiles above leave bandwidth unused on large inputs.
 constexpr int kWideC = 32, kWideP = 128, kWideChunks = kWideP / 4, kWideThreads = 256;
 constexpr int kWidePasses = kWideC * kWideChunks / kWideThreads;  // 16-byte loads per thread
 
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kWideThreads) nchw_to_nhwc_wide_kernel(const u
 }
 
 // 16-bit types: 64 channels x 64 pixels per tile, read as pixel pairs and written as channel pairs
-// (32-bit words: 2-byte accesses measured ~1 TB/s on the H100); a warp reads one channel row's
+// (32-bit words: 2-byte accesses are half as fast); a warp reads one channel row's
 // 128 bytes and writes one pixel's, and each thread issues all its loads before it waits for any.
 // kWordRows: every channel row starts 4-byte aligned (HW even, x aligned), so a pair is one load;
 // else (an odd pixel count: the 64->128 k5 (32^2) layer's 17 x 17 pooled maps) two 2-byte loads, the stores the same.
@@ -194,8 +194,8 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_16bit_kernel(const unsigned 
 }
 
 // Tiles per block: one for a copy (its blocks need no setup), else enough that a block's channel
-// states are made for many tiles while the grid keeps ~2048 blocks (H100, a normalising 16-bit
-// transpose of [128, 64, 258, 258]: one tile per block ran at ~1.3 TB/s).
+// states are made for many tiles while the grid keeps ~2048 blocks (one tile per block spent much
+// of a normalising 16-bit transpose on that setup).
 template <typename Map>
 int64_t tile_steps(int64_t tiles) {
   return Map::kTileRuns ? std::clamp<int64_t>(tiles / 2048, 1, 16) : 1;

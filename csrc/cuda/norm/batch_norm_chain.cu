@@ -28,8 +28,7 @@ constexpr int kStatsBatch = 8;  // entries a channel_stats_kernel thread loads b
 // (mean_i - K)^2 in float64, then mean = K + s1 / n and M2 = s2 - s1^2 / n (their float64
 // rounding scaled by (mean - K)^2 / var, which the shift keeps near 1). No entry costs a
 // division: Chan's pairwise combination divided per entry, and with the 64-bit (image, tile)
-// division per entry that was ~75% of the kernel's instructions and its dependent chain (ncu,
-// H100, the 64->128 k5 (32^2) layer: 3072 entries per channel, 8.8 us). Block r of the cluster sums entries [r, r + 1)
+// division per entry that were most of the kernel's instructions and its dependent chain. Block r of the cluster sums entries [r, r + 1)
 // x total / blocks, a thread's kStatsBatch at a time loaded before they are summed; block 0 adds
 // the blocks' sums in rank order from their shared memory. The BatchNorm chain's tail may launch
 // as soon as it starts (its blocks copy their first input, then wait for these statistics:
@@ -126,8 +125,7 @@ __device__ inline void batch_norm_fold(int c, const S* mean, const S* var, const
 // tanh of a value about to be stored as T. 16-bit T: the hardware's tanh.approx.f32, one MUFU
 // instruction against ~20 for tanhf, relative error below 2^-10.9 (PTX ISA): under half a unit in
 // the last place of bfloat16, about half of float16's, so a stored value moves by at most one
-// unit. H100, the 64->128 k5 (32^2) layer's tail (ncu, bfloat16): 72.7 M -> 61.9 M instructions, 93 -> 84 us, the
-// op's error against float64 unchanged (rel. L2 4.2967e-3 both, float16 5.4005e-4 / 5.4009e-4).
+// unit; the op's error against float64 does not change.
 // float32 / float64: tanhf / tanh.
 template <typename T, typename A>
 __device__ __forceinline__ A tanh_to_store(A v) {
@@ -165,8 +163,7 @@ __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max(const T* in,
 
 // The same for a KH x KW window of stride (KH, KW) (no padding or dilation) with its loads
 // unrolled: MaxPool2d(2, 2), the common case. The one-block-per-group kernel below is
-// instruction-bound (ncu on the 64->128 k5 (32^2) layer bfloat16: issue slots 79% busy, DRAM 23%) and the generic
-// window's loops were most of it.
+// instruction-bound and the generic window's loops were most of it.
 template <int KH, int KW, typename T>
 __device__ inline typename DTypeTraits<T>::acc_t bn_tanh_window_max_fixed(const T* in, int W, int ph, int pw,
                                                                           typename DTypeTraits<T>::acc_t a,
@@ -262,9 +259,7 @@ struct Welford {
 // up), then pooled from shared memory. Chosen when the pooled group and one input plane fit.
 // kWindow: 0 (general window), 1 (no padding: every window inside the plane), 2 (MaxPool2d(2,
 // 2)), 3 (a window-stored conv output: bn_tanh_stored_window).
-// The kernel is instruction-bound (ncu, H100, the 64->128 k5 (32^2) layer bfloat16 before the row pass: 104 thread
-// instructions per pooled value, issue slots 78% busy, half of them in the pooling pass), so the
-// pooling pass takes a whole pooled row per step (bn_tanh_pool_row: the row's plane, BatchNorm
+// The kernel is instruction-bound, half of it in the pooling pass, so the pooling pass takes a whole pooled row per step (bn_tanh_pool_row: the row's plane, BatchNorm
 // fold and window rows found once for its PW outputs) and sums its outputs for the mean as it
 // goes; the squared deviations read shared memory in 16-byte vectors and the normalisation
 // writes global memory in 16-byte vectors. Each thread pools the same rows and values in the same
@@ -302,9 +297,8 @@ __device__ __forceinline__ void fold_group(const TailShared<T>& sh, int64_t g, i
 // * PH + ph below the last whole multiple of kThreads go a row per thread (u = t mod kThreads);
 // each of the `rest` rows after it is cut into 2^k pieces of consecutive values (2^k rest <=
 // kThreads, pieces of about 4 values or more), piece j of row r going to thread r 2^k + j, so that
-// no warp pools a second row while the others wait (H100, the 64->128 k5 (32^2) layer: 272 rows, warp 0 pooled two) and
-// no value pays a row's setup alone (a value per thread there was ~9% of the tail's instructions
-// for 6% of its values: ncu, the 64->128 k5 (32^2) layer bfloat16). Whatever the batching, each thread's values are the
+// no warp pools a second row while the others wait (e.g. 272 rows on 256 threads) and no value
+// pays a row's setup alone. Whatever the batching, each thread's values are the
 // same, in the same order: the statistics are the same bits.
 template <int kWindow, typename T>
 __device__ __forceinline__ void pool_staged_planes(const TailShared<T>& sh, const T* staged, const PoolInts& q,
@@ -471,9 +465,8 @@ template <int kWindow, typename T, typename S>
 __global__ void bn_tanh_pool_group_norm_kernel(BN_TAIL_PARAMS) {
   bn_tanh_pool_group_norm_body<kWindow, T, S>(BN_TAIL_ARGS);
 }
-// 16-bit window-stored tails: 5 blocks per SM (48 registers; H100, the 64->128 k5 (32^2) layer bfloat16:
-// 66.7-67.3 us against 70.0-70.7 at 4 blocks; float32 lost, 88.2-88.6 against 81.5-81.7). A
-// separate entry point, since ptxas compiles the other instances without bounds to other code
+// 16-bit window-stored tails: 5 blocks per SM (48 registers; faster than 4 in 16-bit types, slower
+// in float32). A separate entry point, since ptxas compiles the other instances without bounds to other code
 // than with any explicit bound.
 template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads, 5) bn_tanh_pool_group_norm_16bit_kernel(BN_TAIL_PARAMS) {
@@ -494,8 +487,7 @@ constexpr auto stored_window_tail_kernel() {
 // takes a contiguous run of (group, image) items, group-major (BatchNorm's fold once per group it
 // meets), and refills its one buffer as soon as the item's pooling has read it, under the item's
 // statistics and normalisation. (A second buffer, the next copy issued as an item starts, was
-// slower: H100, the 64->128 k5 (32^2) layer tail us, one-block kernel / one buffer / two buffers: bfloat16 66.9-67.3 /
-// 63.0-63.6 / 71.0-71.3, float32 80.5-81.5 / 74.3-75.2 / 91.3-92.0.) Every item is computed as by
+// slower than the one-block kernel: its shared memory halves the blocks per SM.) Every item is computed as by
 // the kernel above (same threads, same order): the same bits. The host calls it where an item's
 // input is whole 16-byte vectors (prefetch_tail_smem). Launched right after channel_stats_kernel
 // (the chain in training), it may start while that kernel runs (programmatic dependent launch):
@@ -518,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int begin = static_cast<int>(blockIdx.x * items / gridDim.x);
   const int end = static_cast<int>((blockIdx.x + 1) * items / gridDim.x);
   // Item i is group i / N of image i % N: g followed from item to item, one division per block
-  // instead of 64-bit ones per item (H100, ncu: 12% of the kernel's instructions).
+  // instead of 64-bit ones per item.
   int g = begin / N;
   // the (n, g) span of a [N, C, plane] tensor starts here
   auto group_offset = [&](int n_, int g_, int plane) { return (int64_t(n_) * C + int64_t(g_) * C_g) * plane; };
@@ -625,10 +617,8 @@ size_t prefetch_tail_smem(DType dtype, int64_t C_g, const Pool2dParams& in, cons
 }
 
 // The prefetching tail's entry for T. 16-bit: eight blocks per SM, the most 256-thread blocks an
-// SM holds (ptxas fits the kernel in 32 registers without spilling; H100, the 64->128 k5 (32^2) layer tail us at 4 / 5
-// / 6 / 8 blocks per SM: bfloat16 59.6-60.1 / 60.5-61.0 / 58.0-58.7 / 52.4-53.1, float16 59.0-59.7
-// / 60.1-60.7 / 56.6-57.5 / 52.2-52.7). float32: four (64 registers; its shared memory allows
-// five at most, which measured the same: 72.0-72.2 / 72.6-72.8).
+// SM holds (ptxas fits the kernel in 32 registers without spilling; fewer blocks were slower).
+// float32: four (64 registers; its shared memory allows five at most, no faster).
 template <typename T, typename S>
 constexpr auto prefetch_tail_kernel() {
   return bn_tanh_pool_group_norm_prefetch_kernel<sizeof(T) == 2 ? 8 : 4, T, S>;

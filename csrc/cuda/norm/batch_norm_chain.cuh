@@ -1,5 +1,5 @@
 #pragma once
-// Kernels of the 64->128 k5 (32^2) layer chain beyond the convolution: BatchNorm statistics per channel from the
+// Kernels of the BatchNorm chain (ConvT -> BatchNorm -> Tanh -> MaxPool2d -> GroupNorm) beyond the convolution: BatchNorm statistics per channel from the
 // conv epilogue's tile partials, and one pass applying batch_norm (given statistics) -> tanh ->
 // max_pool2d that also writes GroupNorm partials per (n, c) plane of the pooled tensor. The
 // GroupNorm then finishes with group_norm_stats_from_tiles (one "tile" per plane) and

@@ -18,13 +18,12 @@ namespace {
 
 // Blocks of 256 threads: `lanes` threads (a power of two up to 32) side by side across a block's
 // channel packs, 256 / lanes rows of them over pixels, so that a warp reads whole pixel rows of
-// the NHWC tensor (32 packs of up to 16 bytes). H100: blocks that each read one 128-byte piece of
-// every pixel's channels ran at ~1.2 TB/s; the statistics of the VAE demo's k4 s2 layer took 113 us.
+// the NHWC tensor (32 packs of up to 16 bytes); blocks that each read one 128-byte piece of every
+// pixel's channels left much of the bandwidth unused.
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 // pixels per thread per round, their loads in flight together: the statistics pass, and the
 // normalise pass, whose NCHW stores then cover 64 pixels of a channel per step where a block
-// spans 32 channel packs (H100: 32-pixel rows, 128 bytes per store run in float32, ran the VAE
-// demo's k4 s2 layer at 1.8 TB/s)
+// spans 32 channel packs (32-pixel rows, 128-byte store runs in float32, were slower)
 constexpr int kLoads = 4, kApplyLoads = 8;
 
 template <typename T, int kPack>
@@ -32,10 +31,9 @@ struct alignas(sizeof(T) * kPack) Pack {
   T v[kPack];
 };
 
-// The channels one thread reads per pixel: a pack of 16 bytes (16-bit types: 8 bytes; H100, the
-// VAE demo's k4 s2 layer in bfloat16: 16-byte packs made the statistics pass 53 -> 89 us, and
-// the channels-last normalise pass's 8 channels took ~100 registers) where C is a multiple and
-// x is aligned to it, else one.
+// The channels one thread reads per pixel: a pack of 16 bytes (16-bit types: 8 bytes, as 16-byte
+// packs slowed the statistics pass and cost the normalise pass ~100 registers) where C is a
+// multiple and x is aligned to it, else one.
 constexpr int kWideBytes = 16;
 template <typename T>
 constexpr int kPackBytes = sizeof(T) == 2 ? 8 : kWideBytes;
@@ -228,9 +226,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 // pack at 4 pixels (a warp: 4 pixels' 8 packs), normalises it and scatters it into the tile's
 // channel rows; then a warp stores whole 16-byte units along channel rows (fp32: one row of 512
 // bytes per instruction). grid (pixel spans, channel blocks, images), `steps` tiles a block, the
-// channels' PlaneNorm folded once per image. H100, the VAE demo's k4 s2 layer: the shared kernel
-// above (4-byte stores along rows of 64 pixels, 8-byte loads for 16-bit types) ran at ~2.1 TB/s
-// in float32, ~1.15 in bfloat16.
+// channels' PlaneNorm folded once per image. The shared kernel above (4-byte stores along rows
+// of 64 pixels, 8-byte loads for 16-bit types) reaches half this bandwidth in 16-bit types.
 constexpr int kTransposePixels = 128;
 template <typename T, bool kPre>
 __global__ void __launch_bounds__(kThreads)
@@ -347,8 +344,7 @@ struct NormaliseValues {
 
 int64_t nhwc_moment_tiles(int64_t HW) {
   // 512 pixels per tile: every thread row has 16 to 256 pixels, so that a tile's reduction is a
-  // small part of its work and the grid is many waves long (H100, the VAE demo's k4 s2 layer: 17
-  // tiles of 120-pixel rows, 4 blocks resident per SM, ran 2.06 waves)
+  // small part of its work and the grid is many waves long
   return std::max<int64_t>((HW + 511) / 512, 1);
 }
 

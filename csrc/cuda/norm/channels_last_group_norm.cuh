@@ -1,6 +1,6 @@
 #pragma once
 // GroupNorm's two passes over a channels-last (NHWC) conv output: cuDNN's transposed convolution
-// runs fastest with channels-last tensors (H100: its NCHW calls spend much of their time
+// runs fastest with channels-last tensors (its NCHW calls spend much of their time
 // transposing), so the fused op can take its conv output in that layout and still return NCHW:
 // the statistics pass reads it in place and the normalise pass transposes while it normalises,
 // one read and one write of the output as in the NCHW form.

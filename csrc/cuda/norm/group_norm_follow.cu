@@ -86,9 +86,9 @@ __global__ void __launch_bounds__(kThreads) group_norm_follow_kernel(NormItemArg
 // memory traffic they add) and save the separate normalise pass, so the pass must be a large enough
 // share of the conv: few enough FLOPs per output value. Each (image, group) item has a fixed cost
 // (the wait, the partials, the first copies), so items must be large; and an image is normalised
-// only once all its conv blocks are done, so there must be many images. Measured on the H100, the
-// followers won on 8-channel groups of a 64-channel k3 stride-1 layer at 258^2 from 32 images up,
-// and lost on wider k3 layers, k4 stride-2 layers, small images and few large images.
+// only once all its conv blocks are done, so there must be many images. The followers win on
+// 8-channel groups of a 64-channel k3 stride-1 layer at 258^2 from 32 images up, and lose on
+// wider k3 layers, k4 stride-2 layers, small images and few large images.
 static bool group_norm_follow_pays(const FollowShape& s) {
   constexpr int64_t kMinImages = 32, kMinItemBytes = 512 * 1024;
   constexpr double kMaxFlopsPerValue = 1536;

@@ -6,8 +6,8 @@
 // tile partials, fence + atomic add), reduces its group's tile partials (the same fixed order as
 // group_norm_stats_from_tiles, so the same bits) and normalises its share of the group's planes in
 // place.
-// Why: the conv moves ~1.3 TB/s at the 64->64 k3 (256^2) layer's size and the separate pass is pure memory traffic
-// (1.6 ms float32), so run on a few SMs it fits in the DRAM bandwidth the conv leaves unused.
+// Why: the conv leaves part of the DRAM bandwidth unused and the separate pass is pure memory
+// traffic, so run on a few SMs it fits in that spare bandwidth.
 // Safe in any launch order while the follower blocks are fewer than the block slots the process
 // has: the conv never waits for them, so its blocks always find a slot (launched after the conv,
 // or serialised, they find their images done). Off under MPS with an SM share

@@ -49,9 +49,8 @@ struct NormItemSmem {
 // The span's 16-byte aligned body is cut into pieces, the parts taking consecutive runs of them;
 // part 0 also takes the few elements before and after the body, value by value. Warp w takes
 // pieces j0 + w, j0 + w + kWarps, ...: the warp waits for its piece's slot, normalises it and has
-// its lane 0 refill the slot (H100: with one ring for the block, a block barrier and
-// thread 0's refill per piece, a follower block moved ~20-30 GB/s, latency-bound on that per-piece
-// work). seq: the pieces this thread's warp has put through its slots so far (its piece seq sits in
+// its lane 0 refill the slot (one ring for the block, with a block barrier and thread 0's
+// refill per piece, left a follower block latency-bound). seq: the pieces this thread's warp has put through its slots so far (its piece seq sits in
 // its slot seq % n_slots, that slot's (seq / n_slots)-th use), advanced here.
 template <int kThreads, typename T, typename S>
 __device__ void normalise_group_part(const NormItemArgs<T, S>& a, const NormItemSmem<T>& sm, int64_t item, int part,

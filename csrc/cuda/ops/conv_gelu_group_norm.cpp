@@ -83,8 +83,8 @@ GeluGroupStats conv_gelu_group_stats(const char* op, ConvSource source, const at
 // An event of this thread for device `device`, slot `which`, created once. Recording it again
 // later does not change a wait already enqueued on it (cudaStreamWaitEvent takes the record
 // current at the call), so a thread can reuse it from call to call; another thread has its own.
-// at::cuda::CUDAEvent creates and destroys one per call: ~7 us of host time each (H100 host),
-// while the GPU waits for the fused op's first kernels.
+// at::cuda::CUDAEvent creates and destroys one per call, host time the GPU spends waiting for the
+// fused op's first kernels.
 cudaEvent_t thread_event(int device, int which) {
   struct Events {
     std::vector<cudaEvent_t> events;
@@ -139,7 +139,7 @@ std::optional<at::Tensor> conv_gelu_group_norm_overlapped(const char* op, const 
   if (followers == 0) return std::nullopt;
 
   // everything the pass reads, made before the side stream's wait (a memset: at::zeros would
-  // launch a fill kernel, ~20 us more host time before the conv starts)
+  // launch a fill kernel, more host time before the conv starts)
   GeluTileStats fused(input, p, k, approx);
   at::Tensor done = at::empty({p.N}, input.options().dtype(at::kInt));
   check_launch(cudaMemsetAsync(done.data_ptr(), 0, done.nbytes(), stream), op);
@@ -225,8 +225,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cuda(
           return *out;
       r = conv_gelu_group_stats_ours(kOp, input, weight, bias, p, k, approx, num_groups, eps);
     } else if (strict_fp32(input)) {
-      // strict float32: cuDNN's NCHW call (its channels-last strict kernels were slower: H100,
-      // the 64->64 k3 (256^2) layer's layer 20.8 ms through the channels-last form against 13.0)
+      // strict float32: cuDNN's NCHW call (its channels-last strict kernels are slower)
       r = conv_gelu_group_stats(kOp, source, input, weight, bias, p, approx, num_groups, eps, true);
     } else {
       return conv_gelu_group_norm_channels_last(kOp, input, weight, bias, p, approx, num_groups, eps, gn_weight,

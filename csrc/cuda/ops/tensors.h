@@ -34,8 +34,8 @@ cuda::Fp32Math fp32_math();
 // Strict float32: a float32 call with TF32 off (exact FFMA products).
 bool strict_fp32(const at::Tensor& input);
 
-// A contiguous channels-last copy of input [N, C, H, W] by our staging kernel (PyTorch's copy ran
-// at ~1 TB/s on the H100), float32 rounded to TF32 where round_tf32; nullopt (nothing launched)
+// A contiguous channels-last copy of input [N, C, H, W] by our staging kernel (faster than
+// PyTorch's copy), float32 rounded to TF32 where round_tf32; nullopt (nothing launched)
 // where the kernel's grid cannot cover the shape (over ~2 M channels).
 std::optional<at::Tensor> try_channels_last_copy(const char* op, const at::Tensor& input, bool round_tf32,
                                                  cudaStream_t stream);
@@ -43,14 +43,13 @@ std::optional<at::Tensor> try_channels_last_copy(const char* op, const at::Tenso
 at::Tensor channels_last_copy(const char* op, const at::Tensor& input, bool round_tf32, cudaStream_t stream);
 
 // t as a contiguous NCHW tensor: a channels-last one transposed by our kernel, not PyTorch's
-// contiguous() (which moved ~0.7 TB/s on the H100); PyTorch's copy only where our grid refuses
+// slower contiguous(); PyTorch's copy only where our grid refuses
 // the shape (over ~2 M pixels per image).
 at::Tensor contiguous_nchw(const char* op, const at::Tensor& t);
 
 // An op's result `out` (contiguous NCHW, as our kernels write it) in the input's memory format
-// (output_memory_format): a channels-last one by the staging kernel, not PyTorch's contiguous()
-// (H100, the 64->128 k5 (32^2) layer chain with a channels-last input: 0.63 -> 0.60 ms a call in bfloat16, 1.10 ->
-// 1.06 in float32).
+// (output_memory_format): a channels-last one by the staging kernel, not PyTorch's slower
+// contiguous().
 at::Tensor in_output_format(const char* op, const at::Tensor& out, const at::Tensor& input);
 
 }  // namespace host

@@ -3,18 +3,15 @@
 // neighbouring columns of a strip row, read from Cs as one 8-byte vector and, where they are
 // consecutive in memory (stride-1 columns inside the output), stored as one 4- or 8-byte access.
 // conv_epilogue (one 2- or 4-byte store per value, each with its own 64-bit address and bounds
-// branch) issued ~45 instructions per value on the 64->64 k3 (256^2) layer's bfloat16 GELU + statistics epilogue
-// (H100 SASS counts): 43% of the kernel's instructions. Lanes on whole 8-pixel
-// segments (one 16-byte vector each) were tried first and measured 15% slower on the 64->64 k3 (256^2) layer: each
+// branch) made the bfloat16 GELU + statistics epilogue a large share of the kernel's
+// instructions. Lanes on whole 8-pixel segments (one 16-byte vector each) were slower: each
 // store instruction then wrote a little to 16 rows (twice the L2 sectors per byte).
 // The GroupNorm partials (kStats): per channel, each lane leaves the sum of its stored values and
 // their M2 about its own mean in shared memory; once the warp's channels are stored, the warp
-// combines them for all its channels at once (Chan et al.'s formula, a fixed order). Reducing each
-// channel by two dependent five-shuffle chains and a division took ~0.38 ms of bfloat16 the 64->64 k3 (256^2) layer's
-// 2.6 ms conv (H100); this way the conv takes 2505 us against 2615-2632 (float32
-// 3310-3324 against 3496-3523), the epilogue-free layers unchanged. The same combine
-// through registers (every channel's partials live at once) made the kernel's code 2.5x larger
-// and the epilogue-free layers 4-7% slower.
+// combines them for all its channels at once (Chan et al.'s formula, a fixed order), where two
+// dependent five-shuffle chains and a division per channel were a sizeable part of the conv. The
+// same combine through registers (every channel's partials live at once) made the kernel's code
+// 2.5x larger and the epilogue-free layers slower.
 #include <cstdint>
 #include <type_traits>
 
@@ -128,12 +125,11 @@ __device__ void conv_epilogue_pairs(float* Cs, int ldc, float2* partials, const 
   const int64_t chan_step = kWarps * plane;
   // Every pair of every lane one aligned access (all pixels inside, stride-1 columns, channel
   // planes of an even length: every tile away from the output's right and bottom edges): a
-  // build of the loop without the per-pair tests and their branches (H100, fused op queued:
-  // bfloat16 the 64->64 k3 (256^2) layer 2.88 -> 2.81 ms, the 64->64 k3 (1024^2) layer 3.42 -> 3.24; float32 and plain convs within noise).
+  // build of the loop without the per-pair tests and their branches (faster for 16-bit fused calls).
   const bool all_whole = __all_sync(0xffffffffu, joined == (1u << kPairsPerLane) - 1) && plane % 2 == 0 &&
                          reinterpret_cast<uintptr_t>(out) % (2 * sizeof(T)) == 0;
   // 16-bit outputs with statistics: two channels per iteration give the latency-bound loop more
-  // independent work (H100, bfloat16 the 64->64 k3 (256^2) layer op queued 2.92 -> 2.86 ms; float32 gained nothing)
+  // independent work (float32 gains nothing)
   constexpr int kUnroll = kStats && sizeof(T) == 2 ? 2 : 1;
   // (ConvEpilogue::l2_hints: the whole pairs only; the edges' single values store plainly)
   const bool out_evict_last = (ep.l2_hints & kL2OutputEvictLast) != 0;

@@ -13,10 +13,8 @@ constexpr int kThreads = 128;
 constexpr int kCB = kFewChannels;
 constexpr int kRows = kFewChannelsRows;
 // Multiply-adds per output value (C_in / groups x a phase's taps) up to which the kernel beats the
-// tensor-core kernels in float32 (H100, queued ms against mma.sync's: 64 -> 3 k4 s2 at 256 x 32^2,
-// 256 per output: 0.141 / 0.221; 128 -> 3 k4 s2 at 64 x 64^2, 512: 0.273 / 0.375; 64 -> 3 k3 s1 at
-// 8 x 256^2, 576: 0.150 / 0.152; 128 -> 3 k3 s1, 1152: 0.286 / 0.265; 256 -> 4 k4 s2 at 32 x 32^2,
-// 1024: 0.151 / 0.096). Its FFMA runs at a fraction of the FMA peak (loads per product); past this
+// tensor-core kernels in float32 (it wins at 256 and 512, ties at 576 and loses from 1024). Its
+// FFMA runs at a fraction of the FMA peak (loads per product); past this
 // the tensor cores' throughput outweighs their 3-of-16 row use.
 constexpr int64_t kMaxMacsPerOutput = 512;
 // A block stages a phase's weights, (taps of the phase) x C_in / groups <= kMaxMacsPerOutput entries
@@ -187,8 +185,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same<T, float>::value ? 8 : 
 
   // group-relative offsets fit 32 bits (the host checks it). Input channels outermost: the taps of
   // a channel re-read the same input rows at once (L1 hits); taps outermost swept the whole
-  // channel range between re-reads and missed L1 (H100: 1.1x slower on the DCGAN head, 2.3x on a
-  // 128-channel k3 head).
+  // channel range between re-reads and missed L1.
   const T* x_group = x + (n * p.C_in + g * p.C_in_g) * p.H * p.W;
   const PhasePixels px{qh0, qw, H, W, H * W, C_in_g};
   auto over_channels = [&](auto accumulate) {

@@ -3,8 +3,7 @@
 // BatchNorm partials) with at most 4 output channels per group and at most 512 multiply-adds per
 // output value: the image heads of decoders and GAN generators (64 -> 3 RGB), mask and flow heads.
 // Their GEMM's channel dimension fills at most a quarter of a tensor-core tile (m16: 3 of 16
-// rows), so an output-stationary FFMA kernel does as well or better there (H100 numbers in the
-// .cu file); the compile pass routes such heads to myops.conv_transpose2d (README).
+// rows), so an output-stationary FFMA kernel does as well or better there; the compile pass routes such heads to myops.conv_transpose2d (README).
 //  - a block owns one output phase (oh mod s_h, ow mod s_w) of one group of one image: a tile of
 //    `cols` phase columns (lanes: consecutive input columns, coalesced loads) x rows;
 //  - a thread computes kFewChannelsRows consecutive phase rows x every output channel of the

@@ -341,11 +341,9 @@ __global__ void __launch_bounds__(128 * WM, kMinBlocks)
     // reads each pixel's kG values (one 4 / 8 / 16-byte load; 8 neighbouring pixels per quarter-warp
     // fall in distinct banks at the 48-byte pitch) and its 8 channels' weights, broadcast within
     // quarter-warps from the prepared layout [m16 block][input channel][16 channels]. The one-block
-    // build takes kG = 2 (219 registers; H100, strict the 64->64 k3x7 (512^2) layer's kernel: 8.28 ms against 8.70 with
-    // kG = 4 at 233 registers and 8.78 with kG = 1; pixel values double-buffered a group ahead or
-    // the tap loop unrolled twice were slower), the two-block build kG = 1 (fits 128 registers;
-    // measured better than kG = 2 with the halo copied by 4-byte cp.async to free the staging
-    // registers).
+    // build takes kG = 2 (219 registers; faster than kG = 1 or 4, or than pixel values
+    // double-buffered a group ahead), the two-block build kG = 1 (fits 128 registers; better than
+    // kG = 2 with the halo copied by 4-byte cp.async to free the staging registers).
     constexpr int kG = kMinBlocks == 2 ? 1 : 2;
     // Winograd rows: warp_n's component plane of the halo and its width taps' weights
     const int comp_halo = kWino ? warp_n * pair_rows * hcols * kHaloPitch : 0;
@@ -531,9 +529,8 @@ cudaError_t launch(const void* x, const void* wprep, const void* bias, void* out
   constexpr bool kF32 = std::is_same<T, float>::value;
   if (t.ffma) {
     if constexpr (kF32) {
-      // Winograd rows: the one-block build always (H100: the 64->64 k3 (1024^2) layer 15.05 ms against 15.85
-      // with the two-block build, which spills 184 bytes at 128 registers; the 64->64 k3 (256^2) layer's conv 15.9
-      // against 16.5). Direct taps: two blocks per SM (the 128-register build) where their
+      // Winograd rows: the one-block build always (the two-block build spills at 128 registers
+      // and is slower). Direct taps: two blocks per SM (the 128-register build) where their
       // shared memory fits.
       if (t.mt == 2 && t.wm == 2) {
         if (t.wino) return launch_mt<T, 2, 2, true, 1, true>(x, wprep, bias, out, p, t, ep, stream);
@@ -638,7 +635,7 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
   // that leaves one block per SM pays for the lost overlap.
   MmaTiling best;
   double best_cost = 0;
-  // Block shapes (mt, wm) by output channels: 16, 32, 64. For 64, float32 measured faster with
+  // Block shapes (mt, wm) by output channels: 16, 32, 64. For 64, float32 is faster with
   // 8 warps of 32 channels (more warps to hide latency), 16-bit types with 4 warps of 64
   // (the 8-warp build spills there).
   const int shapes[3][2] = {{1, 1}, {2, 1}, {dtype == DType::F32 ? 2 : 4, dtype == DType::F32 ? 2 : 1}};
@@ -669,8 +666,8 @@ MmaTiling conv_mma_tiling(const ConvTranspose2dParams& p, DType dtype, Fp32Math 
       cost *= static_cast<double>(ceil_div(p.N, cand.tn));
       const size_t smem = smem_layout(p, cand).bytes;
       if (!fits || smem > kMaxSmem || !phase_table_fits(p, cand.th, cand.tw)) continue;
-      // one 4-warp block alone on an SM starves it (8-warp blocks keep 8 warps: measured on
-      // the 64->64 k3x7 (512^2) layer / the 64->128 k5 (32^2) layer float32, ~5% faster than two 4-warp blocks of 32 channels)
+      // one 4-warp block alone on an SM starves it (8-warp blocks keep 8 warps, and beat two
+      // 4-warp blocks of 32 channels)
       const bool starved = smem > kTwoBlocksSmem && wm == 1;
       cost *= static_cast<double>(col_tiles) * (starved ? 1.5 : 1.0) * (tw % 8 == 0 ? 1.0 : 1.05);
       if (best.mt == 0 || cost < best_cost) {

@@ -19,9 +19,8 @@ __device__ inline void mbar_init(uint32_t bar, uint32_t arrivals) {
 // After a thread's mbar_init calls, before the barrier that publishes them to the block: makes
 // the initialised barriers visible to the async proxy, which completes bulk copies and TMA loads
 // on them (complete_tx); the pattern of the CUDA programming guide's TMA example and of CUTLASS's
-// pipelines. (It was not the fix for the GroupNorm followers' race: H100, the 64->64 k3 (256^2) layer float32
-// with 33 followers, 9/900 and 6/900 calls wrong with it, 7/900 and 7/900 without; the fix was a
-// proxy fence on the input boxes' reads: wgmma_ops.cuh.)
+// pipelines. (The GroupNorm followers' race was fixed by a proxy fence on the input boxes'
+// reads, not by this: wgmma_ops.cuh.)
 __device__ inline void mbar_init_fence() {
 #if MYOPS_WGMMA_ARCH
   asm volatile("fence.mbarrier_init.release.cluster;\n"

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         *reinterpret_cast<uint4*>(dst + sl.halo_plane + h * 16) = make_uint4(w[4], w[5], w[6], w[7]);
       }
     };
-    // Without TMA, one chunk of loads in flight per thread (two measured 4% slower on the seed layers).
+    // Without TMA, one chunk of loads in flight per thread (two were slower).
     load_halo(0);
     for (int c = 0; c < n_chunks; ++c) {
       const int s = claim_stage(c, w_block + c * w_chunk_words, w_bytes);
@@ -209,9 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 wgmma_desc(pipe + stage(s), sl.halo_plane, b_cols * 16));
       // The stage goes back to the producer as soon as its MMAs are done, not once the next
       // chunk's are issued: the producer, slower than the MMAs, would otherwise start refilling
-      // stage c only after stage c + 1 was full. H100, same build, queued ms: bfloat16 fused op
-      // the 64->64 k3 (256^2) layer 2.83 / 3.02 / 2.93 -> 2.77 / 2.88 / 2.66, the 64->64 k3 (1024^2) layer 3.23 -> 3.02, VAE_refine 0.27 ->
-      // 0.26; float32 equal to 4% faster.
+      // stage c only after stage c + 1 was full.
       wgmma_wait<0>();
       mbar_arrive(empty(s));
     }
@@ -247,9 +245,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         });
   };
   static_assert(blocks_per_sm(R) == 2, "17-row strips run on conv_wgmma_pingpong_kernel");
-  // With GELU or GroupNorm partials the epilogue is latency-bound: both warpgroups run it (H100:
-  // the 64->128 k5 (32^2) layer's conv 12% faster, when it ran here). Plain stores stay on the consumer (with the producer joining, the 64->64 k3 (1024^2) layer
-  // measured 3% slower). To join, the warpgroups first return to the launch's register count,
+  // With GELU or GroupNorm partials the epilogue is latency-bound: both warpgroups run it. Plain
+  // stores stay on the consumer (with the producer joining they were slower). To join, the warpgroups first return to the launch's register count,
   // the producer only once the consumer has released its registers (a setmaxnreg.inc that waits
   // for registers spins, taking issue slots from the other block's MMAs).
   const bool join = ep.gelu || ep.tile_stats != nullptr || ep.tiles_done != nullptr;
@@ -275,29 +272,25 @@ __global__ void __launch_bounds__(kThreads, 2)
   epilogue(std::integral_constant<int, kThreads>{}, static_cast<int>(threadIdx.x), BlockSync{});
   if (ep.tiles_done != nullptr) {
     // a release after the barrier makes every thread's stores visible before the count (the
-    // followers read it with ld.acquire). H100, the 64->64 k3 (256^2) layer with 33 follower blocks: a count per warp
-    // (no barrier, 8 fences) measured slower, float32 4.78 ms against 4.45; __threadfence() +
-    // atomicAdd instead of the release measured the same (float32 4.392-4.488 against 4.396-4.454).
+    // followers read it with ld.acquire). A count per warp (no barrier, 8 fences) was slower;
+    // __threadfence() + atomicAdd instead of the release is the same.
     __syncthreads();
     if (threadIdx.x == 0) release_add(ep.tiles_done + n, 1u);
   }
 }
 
 // The chunks a ping-pong consumer still has to issue when it hands the turn to the other: a
-// quarter of its tile's. H100, the 64->128 k5 (32^2) layer's conv (us, same build; 0 = the turn after the tile's last
-// chunk, 'none' = no turn): bfloat16, 4 chunks per tile, 0: 450-456, 1: 447-450, 2: 463-470,
-// none: 459-465; float32, 8 chunks, 0: 862-872, 1: 845-852, 2: 826-835, 4: 826-837, none:
-// 826-842. More overlap keeps both consumers' stages held longer, which the producer then waits for.
+// quarter of its tile's (best or tied in both 16-bit and float32 among 0, 1, 2, 4 chunks). More
+// overlap keeps both consumers' stages held longer, which the producer then waits for.
 __device__ inline int tile_turn_lead(int n_chunks) { return n_chunks / 4; }
 
 // Where tile t of the persistent walk lies: tiles of one image and 64-channel block are
 // consecutive (tile x of the phase grids, then channel block y of all groups, then image n), x
 // rotated by n + y. A block's tiles are gridDim.x apart; without the rotation, a grid that is a
 // multiple of the tiles per image gives each block one x throughout, and tiles differ in work
-// (one-strip tiles at the grids' right edge, phases with fewer taps). H100, the 64->128 k5 (32^2) layer (6 tiles per
-// image and channel block, 132 blocks): a third of the SMs took only one-strip tiles, the SMs were
-// active 90% of the kernel's time (ncu); rotated, same build, conv us: bfloat16 450-456 -> 428-430,
-// float32 835-842 -> 759-761 (outputs bitwise equal).
+// (one-strip tiles at the grids' right edge, phases with fewer taps): e.g. with 6 tiles per image
+// and channel block on 132 blocks, a third of the SMs took only one-strip tiles. The rotation
+// leaves the outputs bitwise equal.
 struct WgTile {
   int64_t n, g, ct;
   int x;
@@ -353,7 +346,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
   const int n_chunks_full = static_cast<int>((p.C_in_g + kCh - 1) / kCh);  // of a tile with taps
   auto tile_chunks = [&](const PhaseEntry& ph) { return ph.count_h * ph.count_w > 0 ? n_chunks_full : 0; };
   // Edge bands (EdgeBand) with the register producer only: through TMA (one box per band column)
-  // the bfloat16 the 64->128 k5 (32^2) layer conv measured 444-447 us against 440-441 without (H100, same build).
+  // they gained nothing.
   // bands: the launch checked that a band's halo fits.
   auto is_band = [&](const PhaseEntry& ph, const TileOrigin& origin) {
     return !kNhwc && bands && ph.OWp - origin.i0 <= EdgeBand::kCols;
@@ -387,7 +380,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
         continue;
       }
       HaloStager<T> halo(x, p, ph, origin, tl.n, tl.g, is_band(ph, origin));
-      // One chunk of loads in flight per thread (two measured 4% slower on the seed layers).
+      // One chunk of loads in flight per thread (two were slower).
       halo.load(0);
       for (int c = 0; c < n_chunks; ++c, ++chunk_seq) {
         const int s = chunk_seq % stages, round = chunk_seq / stages;
@@ -429,12 +422,10 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
       const int hcols = kNhwc ? sl.box_cols : ph.hcols;  // halo pixels per row in a stage
       // The tile's chunks: wait for each, issue(A descriptor, halo address) its MMAs, hand the turn
       // over, give the stage back.
-      // As in conv_wgmma_kernel, a stage goes back as soon as its MMAs are done (H100, same build,
-      // queued ms: the 64->128 k5 (32^2) layer's conv float32 0.94 -> 0.90, its chain 1.04 -> 1.00, bfloat16 chain 0.655
-      // -> 0.635). 16-bit NHWC input: chunk c's MMAs are issued before chunk c - 1's are waited
-      // for, so the tensor pipe does not drain between a tile's chunks (H100, same build, conv us:
-      // bfloat16 the 64->128 k5 (32^2) layer 426-433 -> 423-431, float16 428-430 -> 428; float32 through registers
-      // 737-750 -> 751-762, so not there; float32 NHWC builds then spilled: not there either).
+      // As in conv_wgmma_kernel, a stage goes back as soon as its MMAs are done. 16-bit NHWC
+      // input: chunk c's MMAs are issued before chunk c - 1's are waited for, so the tensor pipe
+      // does not drain between a tile's chunks (float32 lost through registers and spilled with
+      // NHWC boxes, so not there).
       constexpr bool kChunkInFlight = kNhwc && sizeof(T) == 2;
       auto run_chunks = [&](auto issue) {
         int held = -1;  // kChunkInFlight: the stage whose MMAs may still run
@@ -490,8 +481,7 @@ __global__ void __launch_bounds__(kPingPongThreads, 1)
         for (int q = 0; q < Q; ++q) wgmma_fence_operands(acc[q]);
         const int q_used = min(Q, (ph.OWp - origin.i0 + 7) / 8);  // strips right of the grid issue no MMAs
         // every row (a compile-time R: the shorter MMA shapes' code in this kernel made ptxas inject
-        // warpgroup.arrive fences into its loop, and the 64->128 k5 (32^2) layer's conv, whose 34-row maps are whole
-        // 17-row strips, took 2-3% longer on the H100)
+        // warpgroup.arrive fences into its loop, slowing convs whose maps are whole 17-row strips)
         constexpr int rows_used = R;
         run_chunks([&](uint64_t a_desc, uint32_t halo) {
           issue_chunk_mmas<T, Q, R>(acc, cnt_h, cnt_w, step_h, step_w, hcols, q_used, rows_used, a_desc,

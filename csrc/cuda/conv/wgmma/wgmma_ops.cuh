@@ -54,9 +54,7 @@ __device__ inline void wgmma_fence_operands(float (&d)[N]) {
 // need it: writes (st.shared, stmatrix) that wgmma or a bulk store then reads, and reads
 // (ld.shared, ldmatrix) of a buffer that a TMA or bulk copy then refills (the PTX proxy rules;
 // an mbarrier's release/acquire alone does not order the two proxies). Without it on the input
-// boxes' reads (H100, the 64->64 k3 (256^2) layer float32 with 33 GroupNorm followers, notes/wip_s54_race_trace.patch,
-//): 192 of 1500 calls computed one tile's values differently (a band of its rows, every
-// channel; the conv's own tile partials differed from the first call's); with it, 0 of 3000.
+// boxes' reads, some calls computed a band of one tile's rows from a refilled box.
 __device__ inline void fence_proxy_async_shared() {
 #if MYOPS_WGMMA_ARCH
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

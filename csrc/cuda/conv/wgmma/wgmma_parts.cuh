@@ -79,7 +79,7 @@ InputBox wg_channels_last_box(const ConvTranspose2dParams& p, int rows, int q, D
 }
 
 // The input box a tile's chunk reads through TMA: the largest phase halo, its first column moved
-// down to a 16-byte boundary (TMA reads from 16-byte aligned addresses only; H100: an illegal
+// down to a 16-byte boundary (TMA reads from 16-byte aligned addresses only; an illegal
 // instruction otherwise) and its rows padded to 16 bytes. float32: room for any such move.
 // 16-bit (transposed by ldmatrix): a phase's halo starts a fixed number of columns from the tile's
 // (a multiple of 16 bytes' columns), so its move is the same in every tile and the box has the
@@ -201,8 +201,8 @@ struct BoxRing {
 struct BoxTransposer {
   int row, mi, warp;  // this lane's matrix (mi: column group mi / 2, K-plane mi % 2) and the row of it it addresses
   int segs, pairs, hcols, shift, box_cols;
-  float inv_segs;  // pair -> (row, segment) by quotient_small: an integer division issued 7.5% of
-                   // bfloat16 the 64->64 k3 (256^2) layer's conv instructions (H100 SourceCounters)
+  float inv_segs;  // pair -> (row, segment) by quotient_small: an integer division here was a
+                   // noticeable share of the conv's instructions
   uint32_t plane_bytes, discard, halo_plane;
   __device__ BoxTransposer(const WgSmem& sl, int hrows, int hcols_, int shift_, uint32_t discard_)
       : row(threadIdx.x % 8), mi((threadIdx.x % 32) / 8), warp((threadIdx.x % kWarpgroup) / 32),
@@ -224,15 +224,15 @@ struct BoxTransposer {
   }
 };
 
-// Edge bands (ping-pong kernel). Where a phase grid ends 1 or 2 columns into a tile (the 64->128 k5 (32^2) layer: 34
-// columns = 2 x 16 + 2), the tile's one strip would spend 3/4 or more of its MMAs past the edge
-// (15% of all of the 64->128 k5 (32^2) layer's MMAs), because a core matrix is 8 pixels side by side in a halo row. A
+// Edge bands (ping-pong kernel). Where a phase grid ends 1 or 2 columns into a tile (e.g. 34
+// columns = 2 x 16 + 2), the tile's one strip would spend 3/4 or more of its MMAs past the edge,
+// because a core matrix is 8 pixels side by side in a halo row. A
 // band tile stores its halo column by column instead, kPitch pixels per column (rows contiguous,
 // zero-based at the halo's first row), so that one m64n48 per tap covers both columns' R rows:
 // N = c * kPitch + r for column c, row r (the rows past R and past the halo are read by no valid
 // output). Afterwards band_to_strip moves the accumulators to where the tile's strip 0 holds
-// them, and the tile's epilogue runs unchanged (columns past the grid are masked there). H100,
-// same build, the 64->128 k5 (32^2) layer float32 conv (register producer) 779-783 -> 733-737 us, outputs bitwise equal.
+// them, and the tile's epilogue runs unchanged (columns past the grid are masked there); the
+// outputs are bitwise those of the strip form.
 struct EdgeBand {
   static constexpr int kCols = 2, kPitch = 24, kN = kCols * kPitch;
   // the band's halo columns for a tile halo of `tile_halo_cols` (the tile's 16 columns' worth)
@@ -270,10 +270,9 @@ __host__ __device__ constexpr int mma_rows(int rows_used) {
 }
 
 // One chunk's MMAs (then committed as one group): every tap of phase ph on the tile's strips
-// (only those left of the grid's edge, q < q_used; the full tile's loop is kept free of that test:
-// H100, with a per-MMA test the 64->64 k3 (256^2) layer's conv took 3.96 ms, without 3.79), over the strips' first
-// rows_used rows rounded up to 2, 4, 8 or all R: a tile the phase grid ends within (its last
-// tile row: 2 of 16 rows at the 64->64 k3 (256^2) layer's 258 output rows, and as many at the 64->64 k3 (1024^2) layer / the 64->64 k3x7 (512^2) layer) issues a
+// (only those left of the grid's edge, q < q_used; the full tile's loop is kept free of that test,
+// which slowed it), over the strips' first rows_used rows rounded up to 2, 4, 8 or all R: a tile
+// the phase grid ends within (e.g. 2 of 16 rows of its last tile row for 258 output rows) issues a
 // fraction of the MMA work (mma_rows). Tap (t_h, t_w) reads the halo shifted by (cnt_h - 1 - t_h) * step_h
 // rows and (cnt_w - 1 - t_w) * step_w columns; strip q starts 8q columns in. Descriptor addresses
 // are in 16-byte units: one per halo pixel.
@@ -353,7 +352,7 @@ __device__ __forceinline__ void band_to_strip(const float (&band)[EdgeBand::kN /
 
 // The ping-pong producer's halo for one tile (the two-block kernel keeps this staging state inline,
 // sharing only load_halo_planes: as a struct it spilled in bfloat16 at that kernel's 96 registers
-// and measured 8-15% slower on the 64->64 k3 (256^2) layer / the 64->64 k3 (1024^2) layer / the 64->64 k3x7 (512^2) layer): its pixels (kPxPerThread per thread of the warpgroup) are
+// and was slower): its pixels (kPxPerThread per thread of the warpgroup) are
 // read per chunk of input channels from the NCHW planes into registers, then stored as two
 // K-planes of 16-byte pixels (TF32-rounded). Offsets in a channel plane are 32-bit (the host
 // checks 16 * H * W < 2^31); pixels outside the input load a valid address and store zeros.
