@@ -85,6 +85,7 @@ constexpr const char* kOps[] = {
     "conv_transpose2d_channel_stats",
     "batch_norm_tanh_max_pool2d_group_norm",
     "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
+    "conv_transpose2d_act_stats",
 };
 
 // Ops without a differentiable output (BatchNorm's running-buffer step): every call goes below

@@ -5,9 +5,10 @@
 namespace myops {
 
 namespace {
-constexpr std::array<const char*, 5> kExplainedOps = {
+constexpr std::array<const char*, 6> kExplainedOps = {
     "conv_transpose2d", "conv_transpose2d_gelu_group_norm", "conv_transpose2d_gelu_group_stats",
-    "conv_transpose2d_channel_stats", "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"};
+    "conv_transpose2d_channel_stats", "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
+    "conv_transpose2d_act_stats"};
 }  // namespace
 
 ConvTranspose2dParams check_explain(const std::string& op, const at::Tensor& input, const at::Tensor& weight,

@@ -93,6 +93,19 @@ TORCH_LIBRARY(myops, m) {
       "SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, "
       "SymInt[2] dilation, str approximate, int num_groups, float eps) -> (Tensor, Tensor, Tensor)",
       tags);
+  // The conv + normalisation + activation family's conv step: the conv with bias, the activation
+  // (F.<activation>; none, gelu, silu, relu, leaky_relu, tanh, sigmoid) and the statistics of its
+  // stored output that the normalisation needs: stats "channel" per channel over (N, H, W)
+  // (BatchNorm, [C_out]), "group" per (sample, group) ([N, num_groups]; GroupNorm, InstanceNorm
+  // with one group per channel), "none". Returns (output, mean, biased variance), the statistics
+  // in float32 (float64 for float64 input; empty for "none"). The normalisation and an activation
+  // after it are torch ops (myops.conv_transpose2d_norm_act), which torch.compile fuses with their
+  // consumers.
+  m.def(
+      "conv_transpose2d_act_stats(Tensor input, Tensor weight, Tensor? bias, SymInt[2] stride, "
+      "SymInt[2] padding, SymInt[2] output_padding, SymInt groups, SymInt[2] dilation, str activation, "
+      "float negative_slope, str approximate, str stats, int num_groups) -> (Tensor, Tensor, Tensor)",
+      tags);
   // The BatchNorm chain conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm, as two
   // functional ops: the conv with its per-channel batch statistics (mean, biased variance), and
   // the rest given the statistics to normalise with; running buffers are updated outside.

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+#include <utility>
+
 namespace myops {
 namespace {
 
@@ -139,6 +142,45 @@ ConvGeluGroupNorm check_conv_transpose2d_gelu_group_norm(
   r.conv = check_conv_transpose2d(op, input, weight, bias, stride, padding, output_padding, groups, dilation);
   r.approx = check_gelu_approximate(op, approximate);
   check_group_norm_channels(op, input, r.conv.C_out, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias");
+  return r;
+}
+
+namespace {
+
+std::string str(c10::string_view v) { return std::string(v.data(), v.size()); }
+
+}  // namespace
+
+ConvActStats check_conv_transpose2d_act_stats(
+    const char* op, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view activation, double negative_slope,
+    c10::string_view approximate, c10::string_view stats, int64_t num_groups) {
+  ConvActStats r;
+  r.conv = check_conv_transpose2d(op, input, weight, bias, stride, padding, output_padding, groups, dilation);
+  static const std::pair<const char*, Activation> kActivations[] = {
+      {"none", Activation::None}, {"gelu", Activation::Gelu}, {"silu", Activation::Silu},
+      {"relu", Activation::Relu}, {"leaky_relu", Activation::LeakyRelu}, {"tanh", Activation::Tanh},
+      {"sigmoid", Activation::Sigmoid}};
+  bool known = false;
+  for (const auto& [name, act] : kActivations)
+    if (activation == name) r.act = act, known = true;
+  MYOPS_CHECK_ARG(known, op, "activation",
+                  "must be one of 'none', 'gelu', 'silu', 'relu', 'leaky_relu', 'tanh', 'sigmoid', got '",
+                  str(activation), "'");
+  MYOPS_CHECK_ARG(std::isfinite(negative_slope), op, "negative_slope", "must be finite, got ",
+                  std::to_string(negative_slope));
+  r.approx = check_gelu_approximate(op, approximate);
+  if (stats == "none") {
+    r.stats = NormStats::None;
+  } else if (stats == "channel") {
+    r.stats = NormStats::Channel;
+  } else if (stats == "group") {
+    r.stats = NormStats::Group;
+    check_group_norm_channels(op, input, r.conv.C_out, num_groups, std::nullopt, std::nullopt, "", "");
+  } else {
+    detail::fail_arg(op, "stats", "must be 'none', 'channel' or 'group', got '", str(stats), "'");
+  }
   return r;
 }
 

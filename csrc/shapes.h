@@ -11,6 +11,7 @@
 
 #include "common/conv_params.h"
 #include "common/gelu_math.h"
+#include "common/norm_act.h"
 
 namespace myops {
 namespace detail {
@@ -87,6 +88,21 @@ ConvGeluGroupNorm check_conv_transpose2d_gelu_group_norm(
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
     c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view approximate, int64_t num_groups,
     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias);
+
+// All checks of conv_transpose2d_act_stats, shared by its CPU and CUDA kernels: the conv's, the
+// activation's name (F.<name>), a finite negative_slope, approximate as F.gelu's, the statistics'
+// kind ("none", "channel", "group") and, for "group", num_groups dividing the output channels.
+struct ConvActStats {
+  ConvTranspose2dParams conv;
+  Activation act;
+  GeluApprox approx;
+  NormStats stats;
+};
+ConvActStats check_conv_transpose2d_act_stats(
+    const char* op, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view activation, double negative_slope,
+    c10::string_view approximate, c10::string_view stats, int64_t num_groups);
 
 // max_pool2d over an [N, C, H, W] tensor (ceil_mode false): kernel_size, stride, padding,
 // dilation are pairs, padding at most half the kernel (as PyTorch requires).

@@ -93,6 +93,7 @@ _KERNELS = {
     "conv_transpose2d": _lower_precision,
     "conv_transpose2d_gelu_group_stats": _lower_precision,
     "conv_transpose2d_channel_stats": _lower_precision,
+    "conv_transpose2d_act_stats": _lower_precision,
     "group_norm": _float32_normalisation,
     "batch_norm_tanh_max_pool2d_group_norm": _float32_normalisation,
     "conv_transpose2d_gelu_group_norm": _gelu_chain,

@@ -326,3 +326,73 @@ def _conv_bn_chain_backward(ctx, g_y, g_batch_mean, g_batch_var):
 _register(
     "myops::conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", _conv_bn_chain_backward,
     setup_context=_conv_bn_chain_setup)
+
+
+# --- conv_transpose2d_act_stats ---------------------------------------------------------------
+# out = act(conv); mean = E[out], var = E[(out - mean)^2] per channel over (N, H, W) or per
+# (sample, group): the statistics' gradients fold into out's (g_out + g_mean / M + g_var * 2 (out
+# - mean) / M), which then goes through the activation's backward and the conv's.
+def _act_stats_setup(ctx, inputs, output):
+    (input, weight, bias, stride, padding, output_padding, groups, dilation, activation, negative_slope,
+     approximate, stats, num_groups) = inputs
+    out, mean, _ = output
+    ctx.save_for_backward(input, weight, bias, out, mean)
+    ctx.conv_args = (stride, padding, output_padding, groups, dilation)
+    ctx.bias_len = None if bias is None else bias.shape[0]
+    ctx.activation = (activation, negative_slope, approximate)
+    ctx.stats = stats
+
+
+def _fold_stats_grads(out, mean, g_out, g_mean, g_var, stats):
+    """The gradient reaching out through itself and its statistics (see above), in out's dtype."""
+    if stats == "none" or (g_mean is None and g_var is None):
+        return torch.zeros_like(out) if g_out is None else g_out
+    g = torch.zeros_like(out, dtype=mean.dtype) if g_out is None else g_out.to(mean.dtype)
+    if stats == "channel":
+        shape, count = [1, -1, 1, 1], out.numel() // max(out.shape[1], 1)
+        grouped, centred = out.shape, None
+    else:
+        n, groups = mean.shape[0], mean.shape[1]
+        grouped = [n, groups, math.prod(out.shape[1:]) // groups]
+        shape, count = [n, groups, 1], grouped[2]
+        g = g.reshape(grouped)
+    if g_mean is not None:
+        g = g + g_mean.reshape(shape) / count
+    if g_var is not None:
+        centred = out.reshape(grouped).to(mean.dtype) - mean.reshape(shape)
+        g = g + g_var.reshape(shape) * 2 * centred / count
+    return g.reshape(out.shape).to(out.dtype)
+
+
+def _activation_backward(g, out, conv, activation, negative_slope, approximate):
+    """g through the activation: out = activation(conv) (conv needed for gelu, silu, leaky_relu)."""
+    if activation == "none":
+        return g
+    if activation == "relu":
+        return aten.threshold_backward(g, out, 0)
+    if activation == "tanh":
+        return aten.tanh_backward(g, out)
+    if activation == "sigmoid":
+        return aten.sigmoid_backward(g, out)
+    if activation == "gelu":
+        return aten.gelu_backward(g, conv, approximate=approximate)
+    if activation == "silu":
+        return aten.silu_backward(g, conv)
+    return aten.leaky_relu_backward(g, conv, negative_slope, False)
+
+
+def _act_stats_backward(ctx, g_out, g_mean, g_var):
+    input, weight, bias, out, mean = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:3]
+    gi = gw = gb = None
+    if any(needs):
+        g = _fold_stats_grads(out, mean, g_out, g_mean, g_var, ctx.stats)
+        activation = ctx.activation[0]
+        conv = (torch.ops.myops.conv_transpose2d(input, weight, bias, *ctx.conv_args)
+                if activation in ("gelu", "silu", "leaky_relu") else None)
+        g_conv = _activation_backward(g, out, conv, *ctx.activation)
+        gi, gw, gb = _conv_grads(g_conv, input, weight, ctx.bias_len, ctx.conv_args, needs)
+    return gi, gw, gb, None, None, None, None, None, None, None, None, None, None
+
+
+_register("myops::conv_transpose2d_act_stats", _act_stats_backward, setup_context=_act_stats_setup)

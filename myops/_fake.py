@@ -97,3 +97,13 @@ def _conv_bn_chain_fake(input, weight, bias, stride, padding, output_padding, gr
         pool_padding, pool_dilation, num_groups, gn_weight, gn_bias)
     stats = input.new_empty([conv_shape[1] if training else 0], dtype=_shapes.stats_dtype(input))
     return _empty_4d(pooled, input), stats, torch.empty_like(stats)
+
+
+@torch.library.register_fake("myops::conv_transpose2d_act_stats")
+def _conv_act_stats_fake(input, weight, bias, stride, padding, output_padding, groups, dilation, activation,
+                         negative_slope, approximate, stats, num_groups):
+    shape, stats_shape = _shapes.conv_act_stats_shape(
+        "conv_transpose2d_act_stats", input, weight, bias, stride, padding, output_padding, groups, dilation,
+        activation, negative_slope, approximate, stats, num_groups)
+    mean = input.new_empty(stats_shape, dtype=_shapes.stats_dtype(input))
+    return _empty_4d(shape, input), mean, torch.empty_like(mean)

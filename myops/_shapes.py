@@ -5,6 +5,8 @@ torch.compile / meta tensors, where the C++ checks do not run, so the checks tha
 call is valid at all (ranks, dtypes, devices, channel counts) are repeated here with the same
 messages.
 """
+import math
+
 import torch
 
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -158,3 +160,23 @@ def conv_batch_norm_chain_shape(op, input, weight, bias, stride, padding, output
     ph, pw = max_pool2d_out_hw(op, oh, ow, kernel_size, pool_stride, pool_padding, pool_dilation)
     check_group_norm_channels(op, input, c, num_groups, gn_weight, gn_bias, "gn_weight", "gn_bias")
     return shape, [n, c, ph, pw]
+
+
+ACTIVATIONS = ("none", "gelu", "silu", "relu", "leaky_relu", "tanh", "sigmoid")
+NORM_STATS = ("none", "channel", "group")
+
+
+def conv_act_stats_shape(op, input, weight, bias, stride, padding, output_padding, groups, dilation, activation,
+                         negative_slope, approximate, stats, num_groups):
+    """Mirror of check_conv_transpose2d_act_stats in csrc/shapes.cpp: the output's shape and the
+    statistics' shape."""
+    shape = conv_transpose2d_out_shape(op, input, weight, bias, stride, padding, output_padding, groups, dilation)
+    check(activation in ACTIVATIONS, op, "activation",
+          f"must be one of {', '.join(repr(a) for a in ACTIVATIONS)}, got '{activation}'")
+    check(math.isfinite(negative_slope), op, "negative_slope", f"must be finite, got {negative_slope}")
+    check(approximate in ("none", "tanh"), op, "approximate", f"must be 'none' or 'tanh', got '{approximate}'")
+    check(stats in NORM_STATS, op, "stats", f"must be 'none', 'channel' or 'group', got '{stats}'")
+    if stats == "group":
+        check_group_norm_channels(op, input, shape[1], num_groups, None, None, "", "")
+    stats_shape = {"none": [0], "channel": [shape[1]], "group": [shape[0], num_groups]}[stats]
+    return shape, stats_shape

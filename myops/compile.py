@@ -40,21 +40,38 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from . import _autocast, _fx_match, _measure, ops
+from . import _autocast, _chains, _fx_match, _measure, norm_act, ops
 
 log = logging.getLogger("myops.compile")
 
-_stats: Dict[str, int] = {"conv_transpose2d_gelu_group_norm": 0,
-                          "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0, "conv_transpose2d": 0}
+_SEED_KINDS = ("conv_transpose2d_gelu_group_norm", "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
+               "conv_transpose2d")
+_stats: Dict[str, int] = dict.fromkeys(_SEED_KINDS, 0)  # chains rewritten, by kind
+_found: Dict[str, int] = dict.fromkeys(_SEED_KINDS, 0)  # chains found, by kind
+
+
+def _rewrite(graph: torch.fx.Graph, **options) -> Dict[str, int]:
+    """The seed chains' matchers, then the conv + norm + activation family's templates; counts
+    found and rewritten chains per kind (stats()); returns this graph's rewrites."""
+    accept = options.get("accept")
+    counts = _fx_match.rewrite_graph(graph, **options)
+    found: Dict[str, int] = dict(counts)
+    _chains.rewrite_chains(graph, options.get("devices"), found, counts, accept)
+    for name, n in found.items():
+        _found[name] = _found.get(name, 0) + n
+    for name, n in counts.items():
+        _stats[name] = _stats.get(name, 0) + n
+    return counts
 
 
 @functools.lru_cache(maxsize=None)
 def _source_hash() -> str:
     """Hash of the rewrite's source (read once: uuid() is called on every compilation)."""
     h = hashlib.sha256()
-    # ops: the second chain's replacement; _measure: the measured selection's decisions; _autocast:
+    # ops, norm_act: the replacements; _measure: the measured selection's decisions; _autocast:
     # what the replacements trace to under autocast
-    for path in (_fx_match.__file__, _measure.__file__, ops.__file__, _autocast.__file__, __file__):
+    for path in (_fx_match.__file__, _chains.__file__, _measure.__file__, ops.__file__, norm_act.__file__,
+                 _autocast.__file__, __file__):
         with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()
@@ -96,10 +113,8 @@ class MyopsFusionPass(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.chained is not None:
             self.chained(graph)
-        counts = _fx_match.rewrite_graph(graph, standalone_conv=self.conv_transpose2d, split_normalize=True,
-                                         devices=self.devices, accept=_measure.faster_than_eager if self.measure else None)
-        for name, n in counts.items():
-            _stats[name] += n
+        counts = _rewrite(graph, standalone_conv=self.conv_transpose2d, split_normalize=True, devices=self.devices,
+                          accept=_measure.faster_than_eager if self.measure else None)
         if any(counts.values()):
             log.info("myops.compile: replaced %s", {k: v for k, v in counts.items() if v})
 
@@ -179,15 +194,18 @@ def enabled(**options):
             enable(**was.options())
 
 
-def stats() -> Dict[str, int]:
-    """{pattern name: replacements made} since reset_stats(), in this process: by each compilation,
-    including those whose compiled graph Inductor's caches served."""
-    return dict(_stats)
+def stats(found: bool = False) -> Dict[str, int]:
+    """{chain kind: chains rewritten} since reset_stats(), in this process: by each compilation,
+    including those whose compiled graph Inductor's caches served. found=True: the chains found,
+    rewritten or not (each one left alone is logged with its reason on the "myops.compile"
+    logger, at INFO). Kinds name the chain's steps, e.g. conv_transpose2d_batch_norm_relu."""
+    return dict(_found if found else _stats)
 
 
 def reset_stats() -> None:
-    for k in _stats:
-        _stats[k] = 0
+    for counts in (_stats, _found):
+        counts.clear()
+        counts.update(dict.fromkeys(_SEED_KINDS, 0))
 
 
 def fuse(graph_module: torch.fx.GraphModule, *, conv_transpose2d: _fx_match.StandaloneConv = False,
@@ -195,10 +213,8 @@ def fuse(graph_module: torch.fx.GraphModule, *, conv_transpose2d: _fx_match.Stan
     """Applies the rewrite to an FX GraphModule (e.g. ``torch.export.export(...).module()`` or its
     ``graph_module``) in place and returns the number of replacements. An explicit request, so by
     default on every device (``devices`` as in enable())."""
-    counts = _fx_match.rewrite_graph(graph_module.graph, standalone_conv=conv_transpose2d,
-                                     devices=_device_types(devices, "myops.compile.fuse"))
+    counts = _rewrite(graph_module.graph, standalone_conv=conv_transpose2d,
+                      devices=_device_types(devices, "myops.compile.fuse"))
     graph_module.graph.lint()
     graph_module.recompile()
-    for name, n in counts.items():
-        _stats[name] += n
     return sum(counts.values())

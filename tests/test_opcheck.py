@@ -130,6 +130,27 @@ def update_samples(device):
     return out
 
 
+def act_stats_samples(device):
+    # every activation and statistics kind, with and without bias, channels-last, float64, bfloat16
+    out = []
+    configs = [("none", "channel", 1), ("gelu", "group", 2), ("silu", "group", 6), ("relu", "none", 1),
+               ("leaky_relu", "channel", 1), ("tanh", "group", 3), ("sigmoid", "channel", 1)]
+    for i, (activation, stats, groups_n) in enumerate(configs):
+        x = _t(2, 4, 3, 4, device=device, grad=i % 2 == 0)
+        if i == 2:
+            x = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+        w, b = _t(4, 6, 3, 2, device=device, grad=True), _t(6, device=device, grad=True) if i % 3 else None
+        out.append((x, w, b, [2, 1], [1, 0], [1, 0], 1, [1, 1], activation, 0.2, "tanh" if i == 1 else "none",
+                    stats, groups_n))
+    f64 = dict(device=device, dtype=torch.float64, grad=True)
+    out.append((_t(1, 2, 3, 3, **f64), _t(2, 4, 2, 2, **f64), _t(8, **f64), [1, 1], [0, 0], [0, 0], 2, [1, 1],
+                "silu", 0.01, "none", "group", 4))
+    bf16 = dict(device=device, dtype=torch.bfloat16)
+    out.append((_t(2, 4, 3, 3, **bf16), _t(4, 4, 3, 3, **bf16), None, [2, 2], [1, 1], [1, 1], 1, [1, 1], "relu", 0.01,
+                "none", "channel", 1))
+    return out
+
+
 # op name -> samples as (args, kwargs)
 SAMPLES = {
     "conv_transpose2d": lambda d: [(a, {}) for a in conv_samples(d)],
@@ -141,6 +162,7 @@ SAMPLES = {
     "batch_norm_tanh_max_pool2d_group_norm": lambda d: [(a, {}) for a in bn_chain_samples(d)],
     "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": lambda d: [(a, {}) for a in conv_bn_chain_samples(d)],
     "batch_norm_update_running_stats": lambda d: [(a, {}) for a in update_samples(d)],
+    "conv_transpose2d_act_stats": lambda d: [(a, {}) for a in act_stats_samples(d)],
 }
 
 
@@ -180,6 +202,9 @@ def test_schemas_are_the_designed_ones():
         "batch_norm_update_running_stats": "myops::batch_norm_update_running_stats(Tensor(a!) running_mean, "
         "Tensor(b!) running_var, Tensor mean, Tensor var, float momentum, float var_factor, "
         "Tensor(c!)? num_batches_tracked) -> ()",
+        "conv_transpose2d_act_stats": "myops::conv_transpose2d_act_stats(Tensor input, Tensor weight, Tensor? bias, "
+        "SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, SymInt[2] dilation, "
+        "str activation, float negative_slope, str approximate, str stats, int num_groups) -> (Tensor, Tensor, Tensor)",
     }
     for name, schema in expected.items():
         assert str(getattr(torch.ops.myops, name).default._schema) == schema

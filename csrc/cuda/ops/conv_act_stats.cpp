@@ -1,0 +1,104 @@
+// myops::conv_transpose2d_act_stats on CUDA: our conv with bias, the activation (none or GELU) and
+// the normalisation's per-tile partials in its epilogue, reduced per channel or per (sample,
+// group) in a fixed order; or cuDNN's conv (strict float32, where it is timed faster) with a pass
+// for them. Activations the epilogue does not apply yet run as ATen ops after our conv.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <string>
+#include <tuple>
+
+#include "aten_activation.h"
+#include "cuda/norm/batch_norm_chain.cuh"
+#include "cuda/norm/norm_act.cuh"
+#include "cuda/ops/conv.h"
+#include "cuda/ops/group_norm.h"
+
+namespace myops {
+namespace host {
+namespace {
+
+constexpr const char* kOp = "conv_transpose2d_act_stats";
+
+bool epilogue_applies(Activation act) { return act == Activation::None || act == Activation::Gelu; }
+
+// The statistics from partials [N, C_out, tiles, 3] (the conv epilogue's, or one per plane).
+std::pair<at::Tensor, at::Tensor> stats_from_partials(const ConvActStats& a, const at::Tensor& partials,
+                                                      const at::Tensor& out, int64_t num_groups) {
+  const ConvTranspose2dParams& p = a.conv;
+  const auto options = out.options().dtype(compute_dtype(out.scalar_type()));
+  if (out.numel() == 0) return aten_norm_stats(out, a.stats, num_groups);  // NaN statistics, as torch's
+  if (a.stats == NormStats::Channel) {
+    at::Tensor mean = at::empty({p.C_out}, options), var = at::empty({p.C_out}, options);
+    check_launch(cuda::channel_stats_from_tiles(partials.const_data_ptr(), kernel_dtype(out.scalar_type()), p.N,
+                                                p.C_out, partials.size(2), mean.data_ptr(), var.data_ptr(),
+                                                at::cuda::getCurrentCUDAStream()),
+                 kOp);
+    return {mean, var};
+  }
+  // float64 mean and 1 / sqrt(var) (eps 0): var = rstd^-2, exact to the statistics' rounding
+  const GroupStats g = group_stats_from_partials(kOp, partials, num_groups, 0.0);
+  return {g.mean.view({p.N, num_groups}).to(options.dtype()),
+          g.rstd.pow(-2).view({p.N, num_groups}).to(options.dtype())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cuda(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+    c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, c10::SymIntArrayRef dilation, c10::string_view activation, double negative_slope,
+    c10::string_view approximate, c10::string_view stats, int64_t num_groups) {
+  const ConvActStats a = check_conv_transpose2d_act_stats(kOp, input, weight, bias, stride, padding, output_padding,
+                                                          groups, dilation, activation, negative_slope, approximate,
+                                                          stats, num_groups);
+  const ConvTranspose2dParams& p = a.conv;
+  const c10::cuda::CUDAGuard guard(input.device());
+  const bool want_stats = a.stats != NormStats::None;
+  if (!epilogue_applies(a.act)) {
+    const at::Tensor conv = conv_forward(kOp, input, weight, bias, p, kernel_call(p, input, true), {});
+    const at::Tensor out =
+        aten_activation(conv.to(compute_dtype(conv.scalar_type())), a.act, negative_slope, a.approx)
+            .to(conv.scalar_type());
+    auto [mean, var] = aten_norm_stats(out, a.stats, num_groups);
+    return {in_output_format(kOp, out, input), mean, var};
+  }
+  auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
+    at::Tensor out, partials;
+    if (source == ConvSource::Cudnn) {
+      out = cudnn_conv(kOp, input, weight, bias, p);
+      if (a.act == Activation::Gelu)
+        check_launch(cuda::gelu_forward(out.const_data_ptr(), out.data_ptr(), out.numel(),
+                                        kernel_dtype(out.scalar_type()), a.approx, at::cuda::getCurrentCUDAStream()),
+                     kOp);
+      if (want_stats) partials = plane_moments(kOp, out);
+    } else {
+      const KernelCall k = kernel_call(p, input, !want_stats && a.act == Activation::None);
+      cuda::ConvEpilogue ep;
+      ep.gelu = a.act == Activation::Gelu;
+      ep.approx = a.approx;
+      if (want_stats) {
+        partials = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3},
+                             input.options().dtype(compute_dtype(input.scalar_type())));
+        ep.tile_stats = partials.data_ptr();
+      }
+      out = conv_forward(kOp, input, weight, bias, p, k, ep);
+    }
+    auto [mean, var] = want_stats ? stats_from_partials(a, partials, out, num_groups)
+                                  : aten_norm_stats(out, a.stats, num_groups);
+    return {in_output_format(kOp, out, input), mean, var};
+  };
+  const auto extra = [&] { return std::string(activation) + std::string(approximate) + std::string(stats) +
+                                  std::to_string(num_groups); };
+  return run(conv_source(kOp, p, input, bias, extra, run));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("conv_transpose2d_act_stats", &conv_transpose2d_act_stats_cuda);
+}
+
+}  // namespace host
+}  // namespace myops

@@ -1,0 +1,209 @@
+"""The conv + normalisation + activation family: ``conv_transpose2d`` followed by a normalisation
+(none, BatchNorm, InstanceNorm, GroupNorm) and an activation, in either order.
+
+One op does the heavy part: ``myops.conv_transpose2d_act_stats`` runs the conv with bias, an
+activation that comes before the normalisation, and the statistics the normalisation needs (per
+channel, or per (sample, group)). The normalisation and an activation after it are torch ops on
+the op's output and its small statistics tensors: under torch.compile Inductor fuses them with
+their consumers into one pass over the output.
+"""
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import _autocast, _shapes
+from .ops import IntOrPair, _conv_args, _conv_output_hw, update_running_stats
+
+_ACT_STATS = torch.ops.myops.conv_transpose2d_act_stats.default
+
+NORMS = ("none", "batch_norm", "instance_norm", "group_norm")
+ACTIVATIONS = _shapes.ACTIVATIONS
+ORDERS = ("norm_act", "act_norm")
+
+
+def conv_transpose2d_act_stats(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrPair = 1,
+                               padding: IntOrPair = 0, output_padding: IntOrPair = 0, groups: int = 1,
+                               dilation: IntOrPair = 1, *, activation: str = "none", negative_slope: float = 0.01,
+                               approximate: str = "none", stats: str = "none",
+                               num_groups: int = 1) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(out, mean, var)``: ``out = activation(conv_transpose2d(input, ...))`` as stored, and the
+    mean and biased variance of ``out`` per channel over (N, H, W) (``stats="channel"``, [C]) or
+    per (sample, group) (``stats="group"``, [N, num_groups]), in float32 (float64 for float64
+    input); empty for ``stats="none"``. ``activation`` names ``torch.nn.functional``'s: none, gelu
+    (with ``approximate``), silu, relu, leaky_relu (with ``negative_slope``), tanh, sigmoid."""
+    op = "conv_transpose2d_act_stats"
+    return _ACT_STATS(input, weight, bias, *_conv_args(op, stride, padding, output_padding, groups, dilation),
+                      activation, float(negative_slope), approximate, stats, num_groups)
+
+
+def activation_fn(name: str, negative_slope: float = 0.01, approximate: str = "none"):
+    """The activation ``name`` as a function of one tensor (torch ops)."""
+    return {
+        "none": lambda x: x,
+        "gelu": lambda x: F.gelu(x, approximate=approximate),
+        "silu": F.silu,
+        "relu": torch.relu,
+        "leaky_relu": lambda x: F.leaky_relu(x, negative_slope),
+        "tanh": torch.tanh,
+        "sigmoid": torch.sigmoid,
+    }[name]
+
+
+def _fail(arg: str, msg: str):
+    raise ValueError(f"myops.conv_transpose2d_norm_act: argument '{arg}' {msg}")
+
+
+def conv_transpose2d_norm_act(
+        input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrPair = 1, padding: IntOrPair = 0,
+        output_padding: IntOrPair = 0, groups: int = 1, dilation: IntOrPair = 1, *, norm: str = "none",
+        activation: str = "none", order: str = "norm_act", num_groups: Optional[int] = None,
+        norm_weight: Optional[Tensor] = None, norm_bias: Optional[Tensor] = None,
+        running_mean: Optional[Tensor] = None, running_var: Optional[Tensor] = None, training: bool = True,
+        momentum: Optional[float] = 0.1, eps: float = 1e-5, negative_slope: float = 0.01, approximate: str = "none",
+        num_batches_tracked: Optional[Tensor] = None, return_conv: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """``activation(norm(conv_transpose2d(input, ...)))`` (``order="norm_act"``) or
+    ``norm(activation(conv_transpose2d(input, ...)))`` (``order="act_norm"``).
+
+    The conv arguments are :func:`myops.conv_transpose2d`'s. ``norm``:
+
+    - ``"batch_norm"``: as ``F.batch_norm(x, running_mean, running_var, norm_weight, norm_bias,
+      training, momentum, eps)``: in training the batch statistics normalise and the running
+      buffers, when given, are updated in place as there (``momentum=None``: the cumulative
+      average over ``num_batches_tracked``, as ``nn.BatchNorm2d``); ``num_batches_tracked``, when
+      given, is incremented in training.
+    - ``"instance_norm"``: as ``F.instance_norm(x, running_mean, running_var, norm_weight,
+      norm_bias, use_input_stats=training, momentum, eps)``.
+    - ``"group_norm"``: as ``F.group_norm(x, num_groups, norm_weight, norm_bias, eps)``.
+    - ``"none"``.
+
+    ``activation``: none, gelu (``approximate``), silu, relu, leaky_relu (``negative_slope``),
+    tanh, sigmoid, as ``torch.nn.functional``'s. ``return_conv=True`` also returns the conv output
+    (``order="norm_act"`` or no activation): ``(output, conv_output)``, for a conv output with a
+    second consumer (a residual).
+    """
+    if norm not in NORMS:
+        _fail("norm", f"must be one of {', '.join(map(repr, NORMS))}, got {norm!r}")
+    if order not in ORDERS:
+        _fail("order", f"must be 'norm_act' or 'act_norm', got {order!r}")
+    if activation not in ACTIVATIONS:
+        _fail("activation", f"must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    if not isinstance(negative_slope, (int, float)) or not math.isfinite(negative_slope):
+        _fail("negative_slope", f"must be a finite number, got {negative_slope!r}")
+    act_first = order == "act_norm" and activation != "none"
+    if return_conv and act_first:
+        _fail("return_conv", "needs order='norm_act' (the conv output is not kept where the activation comes first)")
+    conv_args = _conv_args("conv_transpose2d_norm_act", stride, padding, output_padding, groups, dilation)
+    if weight.dim() >= 2:
+        _check_per_channel(input, weight.shape[1] * conv_args[3], norm_weight=norm_weight, norm_bias=norm_bias,
+                           running_mean=running_mean, running_var=running_var)
+    batch_stats = norm == "group_norm" or (norm in ("batch_norm", "instance_norm") and training)
+    stats, groups_n = _stats_kind(norm, batch_stats, num_groups, running_mean, running_var, input, weight,
+                                  conv_args)
+    out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, activation if act_first else "none",
+                                float(negative_slope), approximate, stats, groups_n)
+    if norm == "none":
+        y = out if act_first else activation_fn(activation, negative_slope, approximate)(out)
+        return (y, out) if return_conv else y
+    if batch_stats and running_mean is not None and running_var is not None:
+        _update_running(norm, out, running_mean, running_var, mean, var, momentum, num_batches_tracked)
+    elif norm == "batch_norm" and training and num_batches_tracked is not None:
+        num_batches_tracked.add_(1)
+    if not batch_stats:
+        mean, var = running_mean, running_var
+    post = None if act_first else activation_fn(activation, negative_slope, approximate)
+    out_dtype = _autocast.group_norm_dtype(out) if norm == "group_norm" else out.dtype
+    y = normalize(out, mean, var, eps, norm_weight, norm_bias, post, out_dtype)
+    return (y, out) if return_conv else y
+
+
+def _check_per_channel(input: Tensor, channels: int, **tensors: Optional[Tensor]) -> None:
+    """Each given tensor a floating 1-D tensor of one value per output channel on input's device."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, Tensor) or t.dim() != 1 or t.shape[0] != channels:
+            shape = list(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            _fail(name, f"must be a 1-D tensor of {channels} elements (one per output channel), got {shape}")
+        if not t.is_floating_point():
+            _fail(name, f"must be a floating tensor, got {t.dtype}")
+        if t.device != input.device:
+            _fail(name, f"is on {t.device} but 'input' is on {input.device}")
+
+
+def _stats_kind(norm: str, batch_stats: bool, num_groups: Optional[int], running_mean, running_var, input, weight,
+                conv_args) -> Tuple[str, int]:
+    """The statistics the op computes for this normalisation ("none", "channel", "group") and its
+    group count; refuses, as torch.nn.functional does, what that normalisation cannot take."""
+    if norm == "group_norm":
+        if not isinstance(num_groups, int):
+            _fail("num_groups", f"must be an int for norm='group_norm', got {num_groups!r}")
+        return "group", num_groups
+    if norm == "none":
+        return "none", 1
+    if not batch_stats:
+        if running_mean is None or running_var is None:
+            _fail("running_mean", f"and 'running_var' are required for norm={norm!r} without batch statistics "
+                  "(training=False), as in torch.nn.functional")
+        return "none", 1
+    if input.dim() == 4 and weight.dim() == 4:
+        n, hw = input.shape[0], math.prod(_conv_output_hw(input, weight, conv_args))
+        if norm == "batch_norm" and n * hw == 1:
+            raise ValueError("myops.conv_transpose2d_norm_act: expected more than 1 value per channel when "
+                             "training (as torch.nn.functional.batch_norm), got a conv output of 1 value per channel")
+        if norm == "instance_norm" and hw == 1:
+            raise ValueError("myops.conv_transpose2d_norm_act: expected more than 1 spatial element when training "
+                             "(as torch.nn.functional.instance_norm), got a conv output of 1 x 1 pixels")
+    if norm == "batch_norm":
+        return "channel", 1
+    return "group", weight.shape[1] * conv_args[3]  # instance_norm: one group per output channel
+
+
+def _update_running(norm: str, out: Tensor, running_mean: Tensor, running_var: Tensor, mean: Tensor, var: Tensor,
+                    momentum: Optional[float], num_batches_tracked: Optional[Tensor]) -> None:
+    """The running buffers' step as F.batch_norm / F.instance_norm take it (instance_norm: the
+    batch's mean of the per-sample statistics; each sample's variance made unbiased over its
+    pixels)."""
+    hw = math.prod(out.shape[2:])
+    if norm == "instance_norm":
+        count, mean, var = hw, mean.mean(0), var.mean(0)
+    else:
+        count = out.shape[0] * hw
+    if momentum is None:  # nn.BatchNorm2d's cumulative moving average
+        if num_batches_tracked is None:
+            _fail("momentum", "None (a cumulative average) needs 'num_batches_tracked'")
+        num_batches_tracked.add_(1)
+        update_running_stats(running_mean, running_var, mean, var, count, 1.0 / float(num_batches_tracked))
+        return
+    update_running_stats(running_mean, running_var, mean, var, count, momentum,
+                         num_batches_tracked if norm == "batch_norm" else None)
+
+
+def normalize(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Optional[Tensor], bias: Optional[Tensor],
+              post=None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """``post((x - mean) / sqrt(var + eps) * weight + bias)`` over ``x [N, C, *]`` in the
+    statistics' dtype (float32 for 16-bit x), rounded once to ``out_dtype`` (default x's).
+    mean / var: per channel [C], or per (sample, group) [N, G]. Plain torch ops, so that
+    torch.compile fuses them with the consumers. The result keeps x's memory format."""
+    n, c = x.shape[0], x.shape[1]
+    spatial = [1] * (x.dim() - 2)
+    ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+
+    def per_channel(stat):
+        stat = stat.to(ct)
+        if stat.dim() == 1:
+            return stat.reshape([1, c] + spatial)
+        groups = stat.shape[1]
+        return stat.unsqueeze(-1).expand(n, groups, c // groups).reshape([n, c] + spatial)
+
+    scale = (per_channel(var) + eps).rsqrt()
+    y = (x.to(ct) - per_channel(mean)) * scale
+    if weight is not None:
+        y = y * weight.to(ct).reshape([c] + spatial)
+    if bias is not None:
+        y = y + bias.to(ct).reshape([c] + spatial)
+    if post is not None:
+        y = post(y)
+    return y.to(x.dtype if out_dtype is None else out_dtype)

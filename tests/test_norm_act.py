@@ -1,0 +1,237 @@
+"""The conv + normalisation + activation family (myops.conv_transpose2d_norm_act over the op
+conv_transpose2d_act_stats): every (norm, activation, order) against PyTorch's own functional ops
+in float64, the running buffers as F.batch_norm / F.instance_norm update them, gradients, bad input."""
+import itertools
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import myops
+from conftest import DEVICES, HAS_CUDA
+from reference import assert_matches, f64, tolerance
+
+NORMS = ("none", "batch_norm", "instance_norm", "group_norm")
+ACTIVATIONS = ("none", "gelu", "gelu_tanh", "silu", "relu", "leaky_relu", "tanh", "sigmoid")
+ORDERS = ("norm_act", "act_norm")
+COMBOS = list(itertools.product(NORMS, ACTIVATIONS, ORDERS))
+
+
+def _activation_kwargs(name):
+    if name == "gelu_tanh":
+        return dict(activation="gelu", approximate="tanh")
+    if name == "leaky_relu":
+        return dict(activation="leaky_relu", negative_slope=0.2)
+    return dict(activation=name)
+
+
+def _torch_activation(kw):
+    return myops.norm_act.activation_fn(kw["activation"], kw.get("negative_slope", 0.01), kw.get("approximate", "none"))
+
+
+def _reference(x, w, b, conv, norm, kw, order, p, buffers):
+    """The chain in float64 with torch.nn.functional (buffers: float64 copies, updated in place)."""
+    act = _torch_activation(kw)
+    y = F.conv_transpose2d(x, w, b, *conv)
+    if order == "act_norm":
+        y = act(y)
+    if norm == "batch_norm":
+        y = F.batch_norm(y, buffers["running_mean"], buffers["running_var"], p["norm_weight"], p["norm_bias"],
+                         p["training"], p["momentum"], p["eps"])
+    elif norm == "instance_norm":
+        y = F.instance_norm(y, buffers["running_mean"], buffers["running_var"], p["norm_weight"], p["norm_bias"],
+                            p["training"], p["momentum"], p["eps"])
+    elif norm == "group_norm":
+        y = F.group_norm(y, p["num_groups"], p["norm_weight"], p["norm_bias"], p["eps"])
+    return y if order == "act_norm" else act(y)
+
+
+def _random_case(rng, norm, device, dtype):
+    groups = rng.choice([1, 2])
+    c_in, c_out = groups * rng.choice([1, 2, 3]), groups * rng.choice([2, 4])
+    k, s = rng.choice([(3, 1), (4, 2), (3, 2), (2, 2)])
+    padding = rng.choice([0, 1]) if k > 2 else 0
+    output_padding = 1 if s == 2 and k == 3 and rng.random() < 0.5 else 0
+    x = torch.randn(rng.choice([1, 2, 3]), c_in, rng.choice([2, 3, 5]), rng.choice([3, 4]), device=device)
+    w = torch.randn(c_in, c_out // groups, k, k, device=device) / k
+    b = torch.randn(c_out, device=device) if rng.random() < 0.7 else None
+    training = rng.random() < 0.7
+    p = dict(norm_weight=None, norm_bias=None, running_mean=None, running_var=None, training=training,
+             momentum=rng.choice([0.1, 0.3]), eps=rng.choice([1e-5, 1e-3]), num_groups=None)
+    if norm != "none" and rng.random() < 0.7:
+        p["norm_weight"] = torch.rand(c_out, device=device) + 0.5
+        p["norm_bias"] = torch.randn(c_out, device=device)
+    if norm == "batch_norm" or (norm == "instance_norm" and (not training or rng.random() < 0.5)):
+        p["running_mean"] = torch.randn(c_out, device=device) * 0.1
+        p["running_var"] = torch.rand(c_out, device=device) + 0.5
+    if norm == "instance_norm" and p["running_mean"] is None:
+        p["training"] = True  # use_input_stats: without running statistics the batch's normalise
+    if norm == "group_norm":
+        p["num_groups"] = rng.choice([g for g in (1, 2, c_out) if c_out % g == 0])
+    conv = ([s, s], [padding, padding], [output_padding, output_padding], groups, [1, 1])
+    cast = lambda t: None if t is None else t.to(dtype)
+    return cast(x), cast(w), cast(b), conv, p
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("norm,activation,order", COMBOS)
+def test_matches_torch_functional(device, dtype, norm, activation, order):
+    rng = random.Random(hash((norm, activation, order, str(dtype))) % 2**32)
+    kw = _activation_kwargs(activation)
+    for trial in range(2):
+        x, w, b, conv, p = _random_case(rng, norm, device, dtype)
+        if trial == 1:
+            x = x.contiguous(memory_format=torch.channels_last)
+        buffers = {k: p[k].clone() for k in ("running_mean", "running_var") if p[k] is not None}
+        y = myops.conv_transpose2d_norm_act(x, w, b, *conv, norm=norm, order=order, **kw, **p)
+        ref_buffers = {k: f64(v) for k, v in buffers.items()}
+        ref_buffers.setdefault("running_mean", None)
+        ref_buffers.setdefault("running_var", None)
+        ref_p = {k: f64(v) if isinstance(v, torch.Tensor) else v for k, v in p.items()}
+        ref = _reference(f64(x), f64(w), f64(b), conv, norm, kw, order, ref_p, ref_buffers)
+        assert y.dtype == dtype and y.shape == ref.shape
+        if trial == 1 and x.dim() == 4:
+            assert y.is_contiguous(memory_format=torch.channels_last) or y.is_contiguous()
+        # 16-bit: the conv output is rounded before the statistics in both; a normalised value
+        # moves by the rounding of its input over the standard deviation
+        tol = {torch.bfloat16: 6e-2, torch.float16: 1e-2}.get(dtype, tolerance(dtype, device) * 10)
+        assert_matches(y, ref, tol)
+        for k in ("running_mean", "running_var"):
+            if p[k] is not None:
+                assert_matches(p[k], ref_buffers[k], 1e-5 if dtype in (torch.float32, torch.float64) else 2e-2)
+
+
+def test_batch_norm_module_semantics_num_batches_and_cumulative_momentum():
+    torch.manual_seed(1)
+    conv, bn = nn.ConvTranspose2d(3, 4, 4, 2, 1, bias=False).double(), nn.BatchNorm2d(4, momentum=None).double()
+    mine = nn.BatchNorm2d(4, momentum=None).double()
+    for step in range(3):
+        x = torch.randn(2, 3, 3, 3, dtype=torch.float64)
+        ref = F.relu(bn(conv(x)))
+        y = myops.conv_transpose2d_norm_act(
+            x, conv.weight, None, 2, 1, norm="batch_norm", activation="relu", norm_weight=mine.weight,
+            norm_bias=mine.bias, running_mean=mine.running_mean, running_var=mine.running_var, training=True,
+            momentum=None, eps=mine.eps, num_batches_tracked=mine.num_batches_tracked)
+        torch.testing.assert_close(y, ref)
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(getattr(mine, name), getattr(bn, name))
+
+
+def test_return_conv_gives_the_conv_output():
+    x, w, b = torch.randn(2, 4, 5, 5), torch.randn(4, 6, 4, 4), torch.randn(6)
+    y, conv = myops.conv_transpose2d_norm_act(x, w, b, 2, 1, norm="group_norm", num_groups=3, activation="silu",
+                                              return_conv=True)
+    torch.testing.assert_close(conv, F.conv_transpose2d(x, w, b, 2, 1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(y, F.silu(F.group_norm(conv, 3)), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm,activation,order", [c for c in COMBOS if c[1] != "gelu_tanh" or c[2] == "act_norm"])
+def test_gradcheck(norm, activation, order):
+    rng = random.Random(7)
+    x, w, b, conv, p = _random_case(rng, norm, "cpu", torch.float64)
+    b = torch.randn(w.shape[1] * conv[3], dtype=torch.float64)
+    p = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in p.items()}
+    if norm == "group_norm":
+        p["num_groups"] = 1
+    p["running_mean"] = None if p["training"] or norm == "group_norm" else p["running_mean"]
+    p["running_var"] = None if p["training"] or norm == "group_norm" else p["running_var"]
+    if p["running_mean"] is None and norm in ("batch_norm", "instance_norm"):
+        p["training"] = True
+    weight, bias = p.pop("norm_weight"), p.pop("norm_bias")
+    kw = _activation_kwargs(activation)
+    tensors = [t.requires_grad_() for t in (x, w, b) + ((weight, bias) if weight is not None else ())]
+
+    def fn(x, w, b, *affine):
+        nw, nb = affine if affine else (None, None)
+        return myops.conv_transpose2d_norm_act(x, w, b, *conv, norm=norm, order=order, norm_weight=nw, norm_bias=nb,
+                                               **kw, **p)
+    # relu / leaky_relu kinks: the random values keep clear of 0 at this scale
+    assert torch.autograd.gradcheck(fn, tensors, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_act_stats_op_statistics(device):
+    x, w, b = torch.randn(3, 4, 5, 6, device=device), torch.randn(4, 6, 3, 3, device=device), torch.randn(6, device=device)
+    out, mean, var = myops.conv_transpose2d_act_stats(x, w, b, 2, 1, activation="silu", stats="group", num_groups=3)
+    ref = F.silu(F.conv_transpose2d(f64(x), f64(w), f64(b), 2, 1))
+    assert_matches(out, ref, tolerance(torch.float32, device))
+    grouped = f64(out).reshape(3, 3, -1)
+    torch.testing.assert_close(mean, grouped.mean(-1).float().to(device), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(var, grouped.var(-1, unbiased=False).float().to(device), atol=1e-5, rtol=1e-5)
+    out, mean, var = myops.conv_transpose2d_act_stats(x, w, None, 2, 1, activation="relu", stats="channel")
+    assert mean.shape == var.shape == (6,)
+    torch.testing.assert_close(mean.cpu(), f64(out).mean((0, 2, 3)).float(), atol=1e-5, rtol=1e-5)
+    _, mean, var = myops.conv_transpose2d_act_stats(x, w, None, 2, 1)
+    assert mean.numel() == var.numel() == 0
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(norm="layer_norm"), "argument 'norm'"),
+    (dict(activation="swish"), "argument 'activation'"),
+    (dict(order="act_then_norm"), "argument 'order'"),
+    (dict(activation="leaky_relu", negative_slope=float("nan")), "argument 'negative_slope'"),
+    (dict(activation="leaky_relu", negative_slope=float("inf")), "argument 'negative_slope'"),
+    (dict(norm="group_norm"), "argument 'num_groups'"),
+    (dict(norm="batch_norm", training=False), "argument 'running_mean'"),
+    (dict(activation="relu", order="act_norm", return_conv=True), "argument 'return_conv'"),
+])
+def test_bad_arguments_name_the_argument(kwargs, match):
+    x, w = torch.randn(2, 4, 3, 3), torch.randn(4, 6, 3, 3)
+    with pytest.raises(ValueError, match=match):
+        myops.conv_transpose2d_norm_act(x, w, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(activation="swish"), "argument 'activation'"),
+    (dict(stats="batch"), "argument 'stats'"),
+    (dict(stats="group", num_groups=4), "argument 'num_groups'"),
+    (dict(stats="group", num_groups=0), "argument 'num_groups'"),
+    (dict(approximate="fast"), "argument 'approximate'"),
+    (dict(activation="leaky_relu", negative_slope=float("nan")), "argument 'negative_slope'"),
+])
+@pytest.mark.parametrize("device", DEVICES + ["meta"])
+def test_act_stats_bad_arguments(device, kwargs, match):
+    x, w = torch.randn(2, 4, 3, 3, device=device), torch.randn(4, 6, 3, 3, device=device)
+    with pytest.raises(RuntimeError, match=f"myops::conv_transpose2d_act_stats: {match}"):
+        myops.conv_transpose2d_act_stats(x, w, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(norm="batch_norm", running_mean=torch.zeros(5), running_var=torch.ones(5), training=False),
+     "argument 'running_mean'"),
+    (dict(norm="batch_norm", running_mean=torch.zeros(6), running_var=torch.ones(6, dtype=torch.int64),
+          training=False), "argument 'running_var'"),
+    (dict(norm="instance_norm", norm_weight=torch.ones(4)), "argument 'norm_weight'"),
+    (dict(norm="group_norm", num_groups=3, norm_bias=torch.ones(6, 1)), "argument 'norm_bias'"),
+])
+def test_bad_statistics_and_affine_tensors(kwargs, match):
+    x, w = torch.randn(2, 4, 3, 3), torch.randn(4, 6, 3, 3)
+    with pytest.raises(ValueError, match=match):
+        myops.conv_transpose2d_norm_act(x, w, **kwargs)
+
+
+def test_refuses_what_torch_refuses_in_training():
+    w = torch.randn(4, 6, 1, 1)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        myops.conv_transpose2d_norm_act(torch.randn(1, 4, 1, 1), w, norm="batch_norm", training=True)
+    with pytest.raises(ValueError, match="more than 1 spatial element"):
+        myops.conv_transpose2d_norm_act(torch.randn(3, 4, 1, 1), w, norm="instance_norm", training=True)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("activation,stats", [("none", "channel"), ("none", "group"), ("gelu", "group"),
+                                              ("relu", "channel"), ("silu", "group"), ("none", "none")])
+def test_cuda_matches_cpu(dtype, activation, stats):
+    x, w, b = torch.randn(4, 32, 9, 9), torch.randn(32, 64, 4, 4) / 8, torch.randn(64)
+    cpu = myops.conv_transpose2d_act_stats(*(t.to(dtype) for t in (x, w, b)), 2, 1, activation=activation,
+                                           stats=stats, num_groups=8)
+    gpu = myops.conv_transpose2d_act_stats(*(t.to(dtype).cuda() for t in (x, w, b)), 2, 1, activation=activation,
+                                           stats=stats, num_groups=8)
+    tol = 2e-2 if dtype == torch.bfloat16 else 5e-3
+    for c, g in zip(cpu, gpu):
+        if c.numel():
+            assert_matches(g, c, tol)
