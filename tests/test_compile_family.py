@@ -1,0 +1,150 @@
+"""torch.compile on published architectures, unmodified (compile_demos/architectures.py): the
+conv + norm + activation chains each one writes are found and rewritten as counted, and outputs,
+gradients and BatchNorm buffers equal eager's in training and eval; chains the family cannot serve
+are left alone with a logged reason."""
+import copy
+import logging
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import myops
+import myops.compile as mc
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "compile_demos"))
+import architectures as arch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    mc.disable()
+    mc.reset_stats()
+    torch._dynamo.reset()
+    yield
+    mc.disable()
+
+
+# name -> (model, input, {kind: rewritten} in training, in eval)
+def _cases():
+    return {
+        "dcgan": (lambda: arch.DCGANGenerator(nz=16, ngf=8), (4, 16, 1, 1),
+                  {"conv_transpose2d_batch_norm_relu": 4}, {}),
+        "pix2pix_unet": (lambda: arch.UnetGenerator(3, 3, num_downs=5, ngf=4), (2, 3, 32, 32),
+                         {"conv_transpose2d_batch_norm": 4}, {}),
+        "cyclegan_resnet": (lambda: arch.ResnetGenerator(3, 3, ngf=8, n_blocks=2), (2, 3, 16, 16),
+                            {"conv_transpose2d_instance_norm_relu": 2}, {"conv_transpose2d_instance_norm_relu": 2}),
+        "decoder_upsampler": (lambda: arch.UpDecoder((32, 16, 16), groups=4), (2, 32, 4, 4),
+                              {"conv_transpose2d_group_norm_silu": 2}, {"conv_transpose2d_group_norm_silu": 2}),
+        "sagan_block": (lambda: arch.SAGANBlock(8, 8), (2, 8, 5, 5), {"conv_transpose2d_batch_norm_relu": 1}, {}),
+        "functional_gan_block": (lambda: arch.FunctionalGANBlock(8, 6), (3, 8, 4, 4),
+                                 {"conv_transpose2d_batch_norm_leaky_relu": 1}, {}),
+    }
+
+
+def _rewritten():
+    return {k: v for k, v in mc.stats().items() if v}
+
+
+def _close(a, b, tol=2e-4):
+    torch.testing.assert_close(a, b, atol=tol * max(1.0, b.abs().max().item()), rtol=tol)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", list(_cases()))
+def test_architecture_rewrites_and_matches_eager(name, training):
+    make, shape, train_counts, eval_counts = _cases()[name]
+    torch.manual_seed(0)
+    model = make().train(training)
+    eager = copy.deepcopy(model)
+    x = torch.randn(shape)
+    mc.enable(devices=None)
+    compiled = torch.compile(model, fullgraph=True)
+    for step in range(2):  # the second step sees the buffers the first updated
+        out, ref = compiled(x), eager(x)
+        _close(out, ref)
+        if training:
+            out.square().mean().backward()
+            ref.square().mean().backward()
+    assert _rewritten() == (train_counts if training else eval_counts), name
+    found = mc.stats(found=True)
+    assert all(found[k] >= v for k, v in train_counts.items())
+    params, ref_params = dict(model.named_parameters()), dict(eager.named_parameters())
+    for key, p in params.items():
+        if training:
+            _close(p.grad, ref_params[key].grad, 1e-3)
+    ref_buffers = dict(eager.named_buffers())
+    for key, b in model.named_buffers():
+        if b.is_floating_point():
+            _close(b, ref_buffers[key], 1e-4)
+        else:
+            assert torch.equal(b, ref_buffers[key]), key
+
+
+def test_chains_left_alone_are_logged_with_their_reason(caplog):
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = nn.ConvTranspose2d(4, 8, 3), nn.GroupNorm(2, 8)
+
+        def forward(self, x):
+            y = self.conv(x)
+            a = torch.relu(y)
+            return self.norm(a) + a  # the activation's output has a second user
+
+    mc.enable(devices=None)
+    with caplog.at_level(logging.INFO, logger="myops.compile"):
+        torch.compile(Block(), fullgraph=True)(torch.randn(2, 4, 5, 5))
+    assert mc.stats(found=True).get("conv_transpose2d_relu_group_norm") == 1
+    assert "conv_transpose2d_relu_group_norm" not in _rewritten()
+    assert any("conv_transpose2d_relu_group_norm chain left to Inductor" in r.getMessage() for r in caplog.records)
+
+
+def test_an_op_in_between_breaks_the_chain():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.ConvTranspose2d(4, 8, 3), nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return F.relu(self.bn(self.conv(x) * 2))
+
+    mc.enable(devices=None)
+    model = Block()
+    x = torch.randn(2, 4, 5, 5)
+    _close(torch.compile(copy.deepcopy(model), fullgraph=True)(x), model(x))
+    assert _rewritten() == {} and mc.stats(found=True).get("conv_transpose2d_batch_norm_relu") is None
+
+
+def test_residual_reads_the_conv_output_from_the_rewritten_call():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.norm = nn.ConvTranspose2d(8, 8, 4, 2, 1), nn.GroupNorm(4, 8)
+
+        def forward(self, x):
+            h = self.up(x)
+            return h + F.silu(self.norm(h))
+
+    torch.manual_seed(0)
+    model = Block()
+    x = torch.randn(2, 8, 3, 3, requires_grad=True)
+    mc.enable(devices=None)
+    out = torch.compile(model, fullgraph=True)(x)
+    _close(out, model(x))
+    assert _rewritten() == {"conv_transpose2d_group_norm_silu": 1}
+    (g,) = torch.autograd.grad(out.sum(), x)
+    (g_ref,) = torch.autograd.grad(model(x).sum(), x)
+    _close(g, g_ref, 1e-3)
+
+
+def test_default_devices_leave_cpu_chains_alone():
+    model = arch.DCGANGenerator(nz=8, ngf=4)
+    myops._fx_match._DEVICES_WARNED.clear()  # (warned once per process and device)
+    mc.enable()
+    with pytest.warns(UserWarning, match="left alone"):
+        torch.compile(model, fullgraph=True)(torch.randn(2, 8, 1, 1))
+    assert _rewritten() == {}
