@@ -13,8 +13,10 @@ import myops.compile as mc  # noqa: E402
 from myops._timing import median_ms_each, queued_median_ms_each  # noqa: E402
 
 
-def parse_args(description):
+def parse_args(description, extra=None):
     p = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(p)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--reps", type=int, default=None)
@@ -52,7 +54,49 @@ def _compiled_pair(model, x, device, measure):
             fused(x)
     finally:
         mc.disable()
-    return plain, fused, mc.stats()
+    return plain, fused, {"found": _nonzero(mc.stats(found=True)), "rewritten": _nonzero(mc.stats())}
+
+
+def _nonzero(counts):
+    return {k: v for k, v in counts.items() if v}
+
+
+def compare_training(model, x, device, reps=None):
+    """Median time of a training step (forward, a mean-square loss, backward; gradients reset each
+    step) under plain torch.compile and under torch.compile + myops, timed in alternating rounds."""
+    reps = reps or (50 if device == "cuda" else 3)
+
+    def plain_forward(inp):
+        return model(inp)
+
+    def myops_forward(inp):
+        return model(inp)
+
+    def step(forward):
+        def run():
+            model.zero_grad(set_to_none=True)
+            forward(x).float().square().mean().backward()
+        return run
+
+    mc.disable()
+    torch._dynamo.reset()
+    plain = torch.compile(plain_forward, fullgraph=True)
+    step(plain)()
+    mc.reset_stats()
+    mc.enable(devices=(device,))
+    try:
+        fused = torch.compile(myops_forward, fullgraph=True)
+        step(fused)()
+    finally:
+        mc.disable()
+    print(f"training step: myops rewrote {_nonzero(mc.stats())}")
+    rows = {"torch.compile (Inductor)": step(plain), "torch.compile + myops": step(fused)}
+    times = median_ms_each(rows, device, warmup=3, reps=reps)
+    for name, ms in times.items():
+        print(f"training step, {name:38s} median {ms:9.3f} ms")
+    print(f"training step: torch.compile + myops vs plain torch.compile: "
+          f"{times['torch.compile (Inductor)'] / times['torch.compile + myops']:.2f}x")
+    return times
 
 
 def _profile(rows):

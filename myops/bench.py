@@ -1,4 +1,5 @@
-"""python -m myops.bench: the seed workloads, eager PyTorch vs torch.compile (Inductor) vs myops.
+"""python -m myops.bench: the seed workloads, eager PyTorch vs torch.compile (Inductor) vs myops (for
+the norm + activation family's chains: torch.compile with the myops rewrite).
 
 Each row times the three side by side in one process (CUDA events on a GPU, median of many runs
 after warm-up, the three timed in turn, one call each per round) and reports each one's error

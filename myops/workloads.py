@@ -57,6 +57,32 @@ class GroupNormModule(nn.Module):
         return self.norm(x)
 
 
+class ConvTransposeNormAct(nn.Module):
+    """ConvTranspose2d -> a normalisation -> an activation, as published generators write them (in
+    train() mode as constructed: BatchNorm normalises with batch statistics)."""
+
+    def __init__(self, conv: nn.ConvTranspose2d, norm: nn.Module, act: nn.Module):
+        super().__init__()
+        self.conv, self.norm, self.act = conv, norm, act
+
+    def forward(self, x):
+        return self.act(self.norm(self.conv(x)))
+
+
+def compiled_with_myops(module: nn.Module, x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """module under torch.compile with the myops rewrite, compiled now (a function of its own, so
+    that Dynamo keeps it apart from a plain torch.compile of the module)."""
+    import myops.compile as mc
+
+    def forward(inp):
+        return module(inp)
+
+    with mc.enabled(devices=(x.device.type,)), torch.no_grad():
+        compiled = torch.compile(forward, fullgraph=True)
+        compiled(x)
+    return compiled
+
+
 @dataclass
 class Case:
     module: nn.Module          # what eager PyTorch / Inductor run
@@ -111,6 +137,38 @@ def _group_norm(n, hw, device, dtype):
                 0.0, 2 * x.numel() * x.element_size())
 
 
+def _norm_act(n, c_in, c_out, hw, norm, act, device, dtype, **conv_kwargs):
+    """A chain of the family at a demo architecture's size; the myops row is torch.compile with
+    the rewrite (its normalisation is torch ops that Inductor fuses)."""
+    conv = nn.ConvTranspose2d(c_in, c_out, **conv_kwargs)
+    block = ConvTransposeNormAct(conv, norm, act).to(device, dtype)
+    x = torch.rand(n, c_in, hw, hw, device=device, dtype=dtype)
+    with torch.no_grad():
+        out_numel = conv(x[:1]).numel() * n
+    return Case(block, x, compiled_with_myops(block, x), _conv_flops(x, conv),
+                (x.numel() + out_numel) * x.element_size())
+
+
+def _dcgan(n, c, hw, d, t):  # DCGAN generator's middle layer: ConvT(k4 s2 p1, no bias) -> BN -> ReLU
+    return _norm_act(n, c, c // 2, hw, nn.BatchNorm2d(c // 2), nn.ReLU(True), d, t, kernel_size=4, stride=2,
+                     padding=1, bias=False)
+
+
+def _pix2pix(n, c, hw, d, t):  # U-Net up block: ConvT(k4 s2 p1, no bias) -> BN (then the skip's cat)
+    return _norm_act(n, c, c // 4, hw, nn.BatchNorm2d(c // 4), nn.Identity(), d, t, kernel_size=4, stride=2,
+                     padding=1, bias=False)
+
+
+def _cyclegan(n, c, hw, d, t):  # ResNet generator's upsampling: ConvT(k3 s2 p1 op1) -> IN -> ReLU
+    return _norm_act(n, c, c // 2, hw, nn.InstanceNorm2d(c // 2), nn.ReLU(True), d, t, kernel_size=3, stride=2,
+                     padding=1, output_padding=1)
+
+
+def _decoder(n, c, hw, groups, d, t):  # Upsample2D(use_conv_transpose) -> ResnetBlock2D's GN -> SiLU
+    return _norm_act(n, c, c // 2, hw, nn.GroupNorm(groups, c // 2, eps=1e-6), nn.SiLU(), d, t, kernel_size=4,
+                     stride=2, padding=1)
+
+
 # name -> (builder at full size on CUDA, builder at CPU size)
 WORKLOADS: Dict[str, tuple] = {
     "L2_19": (lambda d, t: _l2_19(128, 256, d, t), lambda d, t: _l2_19(4, 64, d, t)),
@@ -123,7 +181,13 @@ WORKLOADS: Dict[str, tuple] = {
               lambda d, t: _conv(2, 64, 64, 64, 64, d, t, kernel_size=(3, 7))),
     "gelu": (lambda d, t: _gelu(128, 256, d, t), lambda d, t: _gelu(4, 64, d, t)),
     "group_norm": (lambda d, t: _group_norm(128, 256, d, t), lambda d, t: _group_norm(4, 64, d, t)),
+    "dcgan_bn_relu": (lambda d, t: _dcgan(256, 256, 8, d, t), lambda d, t: _dcgan(4, 64, 8, d, t)),
+    "pix2pix_bn": (lambda d, t: _pix2pix(16, 512, 16, d, t), lambda d, t: _pix2pix(2, 64, 8, d, t)),
+    "cyclegan_in_relu": (lambda d, t: _cyclegan(4, 128, 128, d, t), lambda d, t: _cyclegan(1, 32, 32, d, t)),
+    "decoder_gn_silu": (lambda d, t: _decoder(8, 512, 32, 32, d, t), lambda d, t: _decoder(1, 64, 8, 8, d, t)),
 }
+# The family's chains, whose myops row is torch.compile with the rewrite
+COMPILED_WORKLOADS = ("dcgan_bn_relu", "pix2pix_bn", "cyclegan_in_relu", "decoder_gn_silu")
 
 
 def build(name: str, device: str, dtype: torch.dtype) -> Case:

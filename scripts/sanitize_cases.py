@@ -94,6 +94,14 @@ for dtype, tf32, source in ((torch.float32, True, "myops"), (torch.float32, Fals
         torch.ops.myops.batch_norm_update_running_stats(rm, rv, mean, var, 0.1, 1.0, torch.zeros((), dtype=torch.int64,
                                                                                                   device=dev))
         worst = max(worst, ((rm.double() - 0.1 * mean.double()).abs().max() / ref.abs().max()).item())
+        # the norm + activation family's conv step: per-group and per-channel statistics, GELU epilogue
+        groups_n = 2 if c_out % 2 == 0 else 1
+        for activation, stats in (("gelu", "group"), ("none", "channel"), ("none", "group"), ("relu", "group")):
+            act, mean, var = torch.ops.myops.conv_transpose2d_act_stats(x, wt, b, *args, activation, 0.01, "none", stats,
+                                                                        groups_n)
+            aref = F.gelu(ref) if activation == "gelu" else F.relu(ref) if activation == "relu" else ref
+            sref = aref.mean((0, 2, 3)) if stats == "channel" else aref.reshape(n, groups_n, -1).mean(-1)
+            worst = max(worst, ((mean.double() - sref.reshape(mean.shape)).abs().max() / ref.abs().max()).item())
 # channels-last inputs (a 16-bit one is the Hopper kernel's NHWC input as it is; float32 gets a
 # rounding copy) and an NCHW one with an odd pixel count (the staging's generic transpose)
 for dtype, shape in ((torch.bfloat16, (2, 16, 17, 20)), (torch.float32, (2, 16, 17, 20)), (torch.bfloat16, (1, 16, 15, 13))):
