@@ -14,11 +14,12 @@ in unmodified models.
   BatchNorm2d -> ReLU.
 - A GAN block in functional style: F.conv_transpose2d -> F.batch_norm(running buffers) ->
   F.leaky_relu(0.2, inplace=True).
+- A HiFi-GAN-style vocoder upsampler: LeakyReLU(0.1) -> weight_norm(ConvTranspose1d) per stage.
 """
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.parametrizations import spectral_norm
+from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
 
 class DCGANGenerator(nn.Module):
@@ -156,3 +157,21 @@ class FunctionalGANBlock(nn.Module):
         y = F.conv_transpose2d(x, self.weight, None, 2, 1)
         y = F.batch_norm(y, self.running_mean, self.running_var, self.gamma, self.beta, self.training, 0.1, 1e-5)
         return F.leaky_relu(y, 0.2, inplace=True)
+
+
+class VocoderUpsampler(nn.Module):
+    """HiFi-GAN's generator up to its residual blocks: a Conv1d from mel channels, then per rate
+    LeakyReLU(0.1) and a weight-normed ConvTranspose1d(k = 2 u, stride u) halving the channels."""
+
+    def __init__(self, mels=80, channels=512, rates=(8, 8, 2, 2)):
+        super().__init__()
+        self.conv_pre = weight_norm(nn.Conv1d(mels, channels, 7, 1, padding=3))
+        self.ups = nn.ModuleList(
+            weight_norm(nn.ConvTranspose1d(channels // 2 ** i, channels // 2 ** (i + 1), 2 * u, u, padding=u // 2))
+            for i, u in enumerate(rates))
+
+    def forward(self, x):
+        x = self.conv_pre(x)
+        for up in self.ups:
+            x = up(F.leaky_relu(x, 0.1))
+        return x

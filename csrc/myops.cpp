@@ -74,6 +74,11 @@ TORCH_LIBRARY(myops, m) {
       "conv_transpose2d(Tensor input, Tensor weight, Tensor? bias, SymInt[2] stride, "
       "SymInt[2] padding, SymInt[2] output_padding, SymInt groups, SymInt[2] dilation) -> Tensor",
       tags);
+  // A one-row conv_transpose2d ([N, C, L] as [N, C, 1, L]): the same engines, autograd, fake impl.
+  m.def(
+      "conv_transpose1d(Tensor input, Tensor weight, Tensor? bias, SymInt[1] stride, "
+      "SymInt[1] padding, SymInt[1] output_padding, SymInt groups, SymInt[1] dilation) -> Tensor",
+      tags);
   m.def("gelu(Tensor self, *, str approximate=\"none\") -> Tensor", tags);
   m.def(
       "group_norm(Tensor input, int num_groups, Tensor? weight, Tensor? bias, float eps) -> Tensor",

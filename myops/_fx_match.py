@@ -28,6 +28,14 @@ _CONV_SIGNATURES = {
                                   {"bias": None, "stride": [1, 1], "padding": [0, 0], "output_padding": [0, 0], "groups": 1, "dilation": [1, 1]}),
     aten.convolution.default: (["input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups"], {}),
 }
+_CONV1D_SIGNATURES = {
+    torch.conv_transpose1d: (["input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"],
+                             {"bias": None, "stride": 1, "padding": 0, "output_padding": 0, "groups": 1, "dilation": 1}),
+    aten.conv_transpose1d.default: (["input", "weight", "bias", "stride", "padding", "output_padding", "groups",
+                                     "dilation"],
+                                    {"bias": None, "stride": [1], "padding": [0], "output_padding": [0], "groups": 1,
+                                     "dilation": [1]}),
+}
 _GELU_SIGNATURES = {
     F.gelu: (["input", "approximate"], {"approximate": "none"}),
     aten.gelu.default: (["input", "approximate"], {"approximate": "none"}),
@@ -127,6 +135,27 @@ def _conv_args(node: fx.Node, devices: Optional[Tuple[str, ...]]) -> Optional[Li
     if any(p is None for p in pairs) or not isinstance(b["groups"], (int, torch.SymInt)):
         return None
     stride, padding, output_padding, dilation = pairs
+    return [b["input"], b["weight"], b["bias"], stride, padding, output_padding, b["groups"], dilation]
+
+
+def _single(v) -> Optional[List[Any]]:
+    if isinstance(v, (int, torch.SymInt)):
+        return [v]
+    if isinstance(v, (list, tuple)) and len(v) == 1 and isinstance(v[0], (int, torch.SymInt)):
+        return list(v)
+    return None
+
+
+def _conv1d_args(node: fx.Node, devices: Optional[Tuple[str, ...]]) -> Optional[List[Any]]:
+    """The same as _conv_args for a 1-D transposed convolution of a 3-D floating input."""
+    b = _bind(node, _CONV1D_SIGNATURES)
+    x = None if b is None else _meta(b["input"])
+    if x is None or x.dim() != 3 or x.dtype not in _FLOATING or (devices is not None and x.device.type not in devices):
+        return None
+    singles = [_single(b[k]) for k in ("stride", "padding", "output_padding", "dilation")]
+    if any(s is None for s in singles) or not isinstance(b["groups"], (int, torch.SymInt)):
+        return None
+    stride, padding, output_padding, dilation = singles
     return [b["input"], b["weight"], b["bias"], stride, padding, output_padding, b["groups"], dilation]
 
 
@@ -389,4 +418,10 @@ def rewrite_graph(graph: fx.Graph, standalone_conv: StandaloneConv = False, spli
                 continue
             _replace(graph, node, [], torch.ops.myops.conv_transpose2d.default, conv)
             counts["conv_transpose2d"] += 1
+    if standalone_conv is True:  # 1-D ones too (vocoder upsamplers): all of them, when asked for
+        for node in list(graph.nodes):
+            conv = _conv1d_args(node, devices)
+            if conv is not None:
+                _replace(graph, node, [], torch.ops.myops.conv_transpose1d.default, conv)
+                counts["conv_transpose1d"] = counts.get("conv_transpose1d", 0) + 1
     return counts

@@ -89,6 +89,30 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = Non
     return _batched(input, lambda x: torch.ops.myops.conv_transpose2d(x, weight, bias, *conv_args))
 
 
+def _single(v, op: str, name: str) -> list:
+    """[v] for an int or a one-element sequence of ints; anything else refused naming the argument."""
+    if isinstance(v, _INT_TYPES):
+        return [v]
+    if isinstance(v, (list, tuple, torch.Size)) and len(v) == 1 and isinstance(v[0], _INT_TYPES):
+        return list(v)
+    raise TypeError(f"myops.{op}: argument '{name}' must be an int or a 1-tuple of ints, got {v!r}")
+
+
+def conv_transpose1d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0,
+                     output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """1-D transposed convolution, same semantics as ``torch.nn.functional.conv_transpose1d``:
+    ``input [N, C_in, L]`` (or unbatched ``[C_in, L]``), ``weight [C_in, C_out / groups, k]``; run
+    by the 2-D op's engines as a one-row image."""
+    op = "conv_transpose1d"
+    if not isinstance(groups, _INT_TYPES):
+        raise TypeError(f"myops.{op}: argument 'groups' must be an int, got {groups!r}")
+    args = (_single(stride, op, "stride"), _single(padding, op, "padding"),
+            _single(output_padding, op, "output_padding"), groups, _single(dilation, op, "dilation"))
+    if input.dim() == 2:
+        return torch.ops.myops.conv_transpose1d(input.unsqueeze(0), weight, bias, *args).squeeze(0)
+    return torch.ops.myops.conv_transpose1d(input, weight, bias, *args)
+
+
 def explain(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrPair = 1,
             padding: IntOrPair = 0, output_padding: IntOrPair = 0, groups: int = 1, dilation: IntOrPair = 1,
             op: str = "conv_transpose2d") -> str:
