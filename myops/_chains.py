@@ -167,11 +167,6 @@ def find_chains(graph: fx.Graph) -> List[Chain]:
     return chains
 
 
-# The pointwise activations the conv epilogue applies before the statistics today; others in
-# front of a normalisation would run as separate passes, which Inductor does as well
-EPILOGUE_ACTIVATIONS = ("gelu",)
-
-
 def why_not(chain: Chain, conv: Optional[List[Any]]) -> Optional[str]:
     """Why the chain is left alone (None: it is rewritten)."""
     if conv is None:
@@ -182,8 +177,6 @@ def why_not(chain: Chain, conv: Optional[List[Any]]) -> Optional[str]:
             return "the conv output has other users, and the activation comes first"
         if len(act.node.users) != 1:
             return "the activation's output has other users"
-        if act.name not in EPILOGUE_ACTIVATIONS:
-            return f"{act.name} before the normalisation is not applied in the conv epilogue"
     if norm.name != "group_norm":
         stats = norm.kwargs["training"]
         if not stats and (norm.kwargs["running_mean"] is None or norm.kwargs["running_var"] is None):

@@ -151,3 +151,24 @@ def test_default_devices_leave_cpu_chains_alone():
     with pytest.warns(UserWarning, match="left alone"):
         torch.compile(model, fullgraph=True)(torch.randn(2, 8, 1, 1))
     assert _rewritten() == {}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_activation_before_the_norm_is_rewritten(device):
+    class Block(nn.Module):  # activation first, as a pre-activation model writes it
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.ConvTranspose2d(4, 8, 4, 2, 1), nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return self.bn(F.leaky_relu(self.conv(x), 0.2))
+
+    torch.manual_seed(0)
+    model = Block().to(device)
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 4, 5, 5, device=device)
+    mc.enable(devices=None)
+    tol = 2e-4 if device == "cpu" else 1e-2
+    _close(torch.compile(model, fullgraph=True)(x), eager(x), tol)
+    assert _rewritten() == {"conv_transpose2d_leaky_relu_batch_norm": 1}
+    _close(model.bn.running_var, eager.bn.running_var, tol)

@@ -9,6 +9,7 @@
 #include "cuda/conv/mma/mma.cuh"
 #include "cuda/conv/few_channels/few_channels.cuh"
 #include "cuda/conv/wgmma/wgmma.cuh"
+#include "common/norm_act.h"
 #include "cuda/common/launch.cuh"
 #include "cuda/conv/common/window_store.cuh"
 
@@ -28,8 +29,10 @@ enum L2Hint : unsigned {
 
 // What the GEMM epilogue does after adding the bias.
 struct ConvEpilogue {
-  bool gelu = false;
-  GeluApprox approx = GeluApprox::None;
+  // F.<act> on bias + accumulator, before the store and the statistics (epilogue_activation.cuh)
+  Activation act = Activation::None;
+  GeluApprox approx = GeluApprox::None;  // Activation::Gelu's form
+  float negative_slope = 0.01f;          // Activation::LeakyRelu's
   // If set: per (n, c_out, pixel tile) the (count, mean, M2) of the epilogue's output as stored
   // (after rounding to the output dtype, so that the normalise pass sees the same values), in
   // the accumulation type (double for float64, else float), laid out

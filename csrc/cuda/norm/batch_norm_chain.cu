@@ -9,6 +9,7 @@
 #include "cuda/common/cluster.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/dtype_traits.cuh"
+#include "cuda/common/gelu_fast.cuh"  // tanh_to_store
 #include "cuda/common/grid_dependency.cuh"
 #include "cuda/common/moments.cuh"
 #include "cuda/conv/common/window_store.cuh"
@@ -120,22 +121,6 @@ __device__ inline void batch_norm_fold(int c, const S* mean, const S* var, const
   const double shift = (b ? static_cast<double>(Tr::to_acc(b[c])) : 0.0) - static_cast<double>(mean[c]) * scale;
   a = static_cast<acc_t>(scale);
   s = static_cast<acc_t>(shift);
-}
-
-// tanh of a value about to be stored as T. 16-bit T: the hardware's tanh.approx.f32, one MUFU
-// instruction against ~20 for tanhf, relative error below 2^-10.9 (PTX ISA): under half a unit in
-// the last place of bfloat16, about half of float16's, so a stored value moves by at most one
-// unit; the op's error against float64 does not change.
-// float32 / float64: tanhf / tanh.
-template <typename T, typename A>
-__device__ __forceinline__ A tanh_to_store(A v) {
-  if constexpr (sizeof(T) == 2) {
-    float r;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(v));
-    return r;
-  } else {
-    return tanh(v);
-  }
 }
 
 // max over the pooling window of output (ph, pw) of tanh(x * a + s), x one input plane (global or

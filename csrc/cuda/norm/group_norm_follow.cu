@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "common/options.h"
+#include "cuda/conv/conv_transpose2d.cuh"  // L2Hint
 #include "cuda/norm/group_norm_follow.cuh"
 #include "cuda/norm/group_norm_item.cuh"
 

@@ -1,7 +1,6 @@
-// myops::conv_transpose2d_act_stats on CUDA: our conv with bias, the activation (none or GELU) and
-// the normalisation's per-tile partials in its epilogue, reduced per channel or per (sample,
-// group) in a fixed order; or cuDNN's conv (strict float32, where it is timed faster) with a pass
-// for them. Activations the epilogue does not apply yet run as ATen ops after our conv.
+// myops::conv_transpose2d_act_stats on CUDA: our conv with bias, the activation and the
+// normalisation's per-tile partials in its epilogue, reduced per channel or per (sample, group) in
+// a fixed order; or cuDNN's conv (strict float32, where it is timed faster) with passes for them.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -22,8 +21,6 @@ namespace host {
 namespace {
 
 constexpr const char* kOp = "conv_transpose2d_act_stats";
-
-bool epilogue_applies(Activation act) { return act == Activation::None || act == Activation::Gelu; }
 
 // The statistics from partials [N, C_out, tiles, 3] (the conv epilogue's, or one per plane).
 std::pair<at::Tensor, at::Tensor> stats_from_partials(const ConvActStats& a, const at::Tensor& partials,
@@ -56,28 +53,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cuda(
   const ConvTranspose2dParams& p = a.conv;
   const c10::cuda::CUDAGuard guard(input.device());
   const bool want_stats = a.stats != NormStats::None;
-  if (!epilogue_applies(a.act)) {
-    const at::Tensor conv = conv_forward(kOp, input, weight, bias, p, kernel_call(p, input, true), {});
-    const at::Tensor out =
-        aten_activation(conv.to(compute_dtype(conv.scalar_type())), a.act, negative_slope, a.approx)
-            .to(conv.scalar_type());
-    auto [mean, var] = aten_norm_stats(out, a.stats, num_groups);
-    return {in_output_format(kOp, out, input), mean, var};
-  }
   auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
     at::Tensor out, partials;
     if (source == ConvSource::Cudnn) {
       out = cudnn_conv(kOp, input, weight, bias, p);
-      if (a.act == Activation::Gelu)
+      if (a.act == Activation::Gelu) {
         check_launch(cuda::gelu_forward(out.const_data_ptr(), out.data_ptr(), out.numel(),
                                         kernel_dtype(out.scalar_type()), a.approx, at::cuda::getCurrentCUDAStream()),
                      kOp);
+      } else if (a.act != Activation::None) {
+        out = aten_activation(out, a.act, negative_slope, a.approx).contiguous();  // (strict float32 only)
+      }
       if (want_stats) partials = plane_moments(kOp, out);
     } else {
       const KernelCall k = kernel_call(p, input, !want_stats && a.act == Activation::None);
       cuda::ConvEpilogue ep;
-      ep.gelu = a.act == Activation::Gelu;
+      ep.act = a.act;
       ep.approx = a.approx;
+      ep.negative_slope = static_cast<float>(negative_slope);
       if (want_stats) {
         partials = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3},
                              input.options().dtype(compute_dtype(input.scalar_type())));

@@ -25,7 +25,7 @@ struct GeluTileStats {
   GeluTileStats(const at::Tensor& input, const ConvTranspose2dParams& p, const KernelCall& k, GeluApprox approx)
       : tile_stats(at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3},
                              input.options().dtype(compute_dtype(input.scalar_type())))) {
-    ep.gelu = true;
+    ep.act = Activation::Gelu;
     ep.approx = approx;
     ep.tile_stats = tile_stats.data_ptr();
   }

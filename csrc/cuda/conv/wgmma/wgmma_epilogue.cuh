@@ -8,7 +8,6 @@
 
 #include "cuda/conv/common/conv_common.cuh"
 #include "cuda/conv/common/conv_tile_geometry.cuh"
-#include "cuda/common/gelu_fast.cuh"
 #include "cuda/conv/common/window_store.cuh"
 
 namespace myops {

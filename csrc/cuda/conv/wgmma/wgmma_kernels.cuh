@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // stores stay on the consumer (with the producer joining they were slower). To join, the warpgroups first return to the launch's register count,
   // the producer only once the consumer has released its registers (a setmaxnreg.inc that waits
   // for registers spins, taking issue slots from the other block's MMAs).
-  const bool join = ep.gelu || ep.tile_stats != nullptr || ep.tiles_done != nullptr;
+  const bool join = ep.act != Activation::None || ep.tile_stats != nullptr || ep.tiles_done != nullptr;
   constexpr int kLaunchRegs = 65536 / (kThreads * 2);
   const NamedBarrier handover{2, kThreads};  // the consumer has freed its extra registers
   if (threadIdx.x < kWarpgroup) {
