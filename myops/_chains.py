@@ -6,7 +6,7 @@ with its reason logged.
 
 A chain's kind names its steps in order: conv_transpose2d_batch_norm_relu (norm, then activation),
 conv_transpose2d_gelu_group_norm (activation, then norm), conv_transpose2d_instance_norm (no
-activation).
+activation), conv_transpose2d_tanh (no normalisation: the activation in the conv's epilogue).
 """
 import logging
 import numbers
@@ -149,10 +149,20 @@ class Chain:
         return self.steps[-1].node
 
 
+def _is_conv(node: Any) -> bool:
+    return isinstance(node, fx.Node) and fm._bind(node, fm._CONV_SIGNATURES) is not None
+
+
 def find_chains(graph: fx.Graph) -> List[Chain]:
-    """Every conv -> norm [-> activation] and conv -> activation -> norm chain, by its norm."""
+    """Every conv -> norm [-> activation] and conv -> activation -> norm chain, found by its norm,
+    and every conv -> activation with no norm after it, found by its activation."""
     chains = []
     for node in graph.nodes:
+        act = activation_of(node)
+        if act is not None and _is_conv(act.input):
+            if not any((n := norm_of(user)) is not None and n.input is node for user in node.users):
+                chains.append(Chain(act.input, None, act, "act_norm"))  # (else found by its norm)
+            continue
         norm = norm_of(node)
         if norm is None or not isinstance(norm.input, fx.Node):
             continue
@@ -167,16 +177,22 @@ def find_chains(graph: fx.Graph) -> List[Chain]:
     return chains
 
 
-def why_not(chain: Chain, conv: Optional[List[Any]]) -> Optional[str]:
-    """Why the chain is left alone (None: it is rewritten)."""
+def why_not(chain: Chain, conv: Optional[List[Any]], standalone_conv: fm.StandaloneConv) -> Optional[str]:
+    """Why the chain is left alone (None: it is rewritten). A conv with only an activation after it
+    goes to myops where the standalone-conv option sends the conv itself (standalone_conv)."""
     if conv is None:
         return "its conv is not a 2-D transposed convolution of a floating tensor on an enabled device"
     norm, act = chain.norm, chain.act
+    if norm is None and not (standalone_conv is True or (standalone_conv == "auto" and fm._is_head_after_chain(conv))):
+        return ("a conv with only an activation after it is rewritten where the conv itself would be "
+                "(enable(conv_transpose2d=True), or an image head after a rewritten chain)")
     if chain.order == "act_norm":
         if len(chain.conv_node.users) != 1:
             return "the conv output has other users, and the activation comes first"
-        if len(act.node.users) != 1:
+        if norm is not None and len(act.node.users) != 1:
             return "the activation's output has other users"
+    if norm is None:
+        return None
     if norm.name != "group_norm":
         stats = norm.kwargs["training"]
         if not stats and (norm.kwargs["running_mean"] is None or norm.kwargs["running_var"] is None):
@@ -193,6 +209,8 @@ def why_not(chain: Chain, conv: Optional[List[Any]]) -> Optional[str]:
 def _inputs_late(graph: fx.Graph, chain: Chain) -> Optional[str]:
     """A reason where a tensor the normalisation reads is made after the conv output's first
     reader (the rewritten call goes there)."""
+    if chain.norm is None:
+        return None
     order = {n: i for i, n in enumerate(graph.nodes)}
     first = min(chain.conv_node.users, key=order.__getitem__)
     for t in chain.norm.kwargs.values():
@@ -202,7 +220,8 @@ def _inputs_late(graph: fx.Graph, chain: Chain) -> Optional[str]:
 
 
 def _api_kwargs(chain: Chain) -> Dict[str, Any]:
-    kwargs = dict(norm=chain.norm.name, order=chain.order, **chain.norm.kwargs)
+    kwargs = dict(norm="none", order=chain.order) if chain.norm is None else dict(
+        norm=chain.norm.name, order=chain.order, **chain.norm.kwargs)
     if chain.act is not None:
         kwargs.update(activation=chain.act.name, **chain.act.kwargs)
     return kwargs
@@ -222,9 +241,9 @@ def _candidate(chain: Chain, conv: List[Any], kwargs: Dict[str, Any]) -> fm.Cand
                             scalars.get("approximate", "none"))
         y = F.conv_transpose2d(x, w, b, *conv_scalars)
         y = act(y) if chain.order == "act_norm" else y
-        if chain.norm.name == "group_norm":
+        if chain.norm is not None and chain.norm.name == "group_norm":
             y = F.group_norm(y, scalars["num_groups"], nw, nb, scalars["eps"])
-        else:
+        elif chain.norm is not None:
             norm = F.batch_norm if chain.norm.name == "batch_norm" else F.instance_norm
             y = norm(y, rm, rv, nw, nb, scalars["training"], scalars["momentum"], scalars["eps"])
         return y if chain.order == "act_norm" else act(y)
@@ -238,15 +257,17 @@ SEED_KINDS = ("conv_transpose2d_gelu_group_norm",)
 
 
 def rewrite_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], found: Dict[str, int],
-                   rewritten: Dict[str, int], accept: fm.Accept = None) -> None:
-    """Rewrites the family's chains in place, counting found and rewritten chains per kind."""
+                   rewritten: Dict[str, int], accept: fm.Accept = None,
+                   standalone_conv: fm.StandaloneConv = False) -> None:
+    """Rewrites the family's chains in place, counting found and rewritten chains per kind
+    (standalone_conv: see why_not)."""
     for chain in find_chains(graph):
         kind = chain.kind
         if kind in SEED_KINDS or chain.end not in graph.nodes or chain.conv_node not in graph.nodes:
             continue
         found[kind] = found.get(kind, 0) + 1
         conv = fm._chain_conv_args(chain.conv_node, devices, kind)
-        reason = why_not(chain, conv) or _inputs_late(graph, chain)
+        reason = why_not(chain, conv, standalone_conv) or _inputs_late(graph, chain)
         kwargs = None if reason else _api_kwargs(chain)
         if reason is None and accept is not None and not accept(_candidate(chain, conv, kwargs)):
             reason = "measured slower than the chain in eager PyTorch"

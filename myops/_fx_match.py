@@ -409,6 +409,14 @@ def rewrite_graph(graph: fx.Graph, standalone_conv: StandaloneConv = False, spli
               "conv_transpose2d": 0}
     counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph, devices, accept)
     counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph, split_normalize, devices, accept)
+    route_standalone_convs(graph, standalone_conv, devices, accept, counts)
+    return counts
+
+
+def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, devices: Optional[Tuple[str, ...]],
+                           accept: Accept, counts: Dict[str, int]) -> None:
+    """The transposed convolutions outside chains that standalone_conv sends to myops (see
+    rewrite_graph), counted into counts."""
     if standalone_conv:
         for node in list(graph.nodes):
             conv = _conv_args(node, devices)
@@ -424,4 +432,3 @@ def rewrite_graph(graph: fx.Graph, standalone_conv: StandaloneConv = False, spli
             if conv is not None:
                 _replace(graph, node, [], torch.ops.myops.conv_transpose1d.default, conv)
                 counts["conv_transpose1d"] = counts.get("conv_transpose1d", 0) + 1
-    return counts

@@ -51,14 +51,18 @@ _found: Dict[str, int] = dict.fromkeys(_SEED_KINDS, 0)  # chains found, by kind
 
 
 def _rewrite(graph: torch.fx.Graph, **options) -> Dict[str, int]:
-    """The seed chains' matchers, then the conv + norm + activation family's templates; counts
-    found and rewritten chains per kind (stats()); returns this graph's rewrites."""
-    accept = options.get("accept")
-    counts = _fx_match.rewrite_graph(graph, **options)
+    """The seed chains' matchers, the conv + norm + activation family's templates, then the
+    standalone convs; counts found and rewritten chains per kind (stats()); returns this graph's
+    rewrites."""
+    accept, devices = options.get("accept"), options.get("devices")
+    standalone = options.pop("standalone_conv", False)
+    counts = _fx_match.rewrite_graph(graph, standalone_conv=False, **options)
     found: Dict[str, int] = dict(counts)
-    _chains.rewrite_chains(graph, options.get("devices"), found, counts, accept)
+    _chains.rewrite_chains(graph, devices, found, counts, accept, standalone)
+    _fx_match.route_standalone_convs(graph, standalone, devices, accept, counts)
     for name, n in found.items():
         _found[name] = _found.get(name, 0) + n
+        _stats.setdefault(name, 0)  # (a kind found is listed, rewritten or not)
     for name, n in counts.items():
         _stats[name] = _stats.get(name, 0) + n
     return counts
