@@ -3,6 +3,7 @@ conv_transpose2d_act_stats): every (norm, activation, order) against PyTorch's o
 in float64, the running buffers as F.batch_norm / F.instance_norm update them, gradients, bad input."""
 import itertools
 import random
+import zlib
 
 import pytest
 import torch
@@ -31,12 +32,15 @@ def _torch_activation(kw):
     return myops.norm_act.activation_fn(kw["activation"], kw.get("negative_slope", 0.01), kw.get("approximate", "none"))
 
 
-def _reference(x, w, b, conv, norm, kw, order, p, buffers):
-    """The chain in float64 with torch.nn.functional (buffers: float64 copies, updated in place)."""
+def _reference(x, w, b, conv, norm, kw, order, p, buffers, stored=torch.float64):
+    """The chain in float64 with torch.nn.functional (buffers: float64 copies, updated in place);
+    the normalisation's input rounded to `stored` first, as a 16-bit chain stores it in eager
+    PyTorch and in the op (a normalisation divides that rounding by the standard deviation)."""
     act = _torch_activation(kw)
     y = F.conv_transpose2d(x, w, b, *conv)
     if order == "act_norm":
         y = act(y)
+    y = y.to(stored).double()
     if norm == "batch_norm":
         y = F.batch_norm(y, buffers["running_mean"], buffers["running_var"], p["norm_weight"], p["norm_bias"],
                          p["training"], p["momentum"], p["eps"])
@@ -79,7 +83,7 @@ def _random_case(rng, norm, device, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize("norm,activation,order", COMBOS)
 def test_matches_torch_functional(device, dtype, norm, activation, order):
-    rng = random.Random(hash((norm, activation, order, str(dtype))) % 2**32)
+    rng = random.Random(zlib.crc32(f"{norm}-{activation}-{order}-{dtype}".encode()))
     kw = _activation_kwargs(activation)
     for trial in range(2):
         x, w, b, conv, p = _random_case(rng, norm, device, dtype)
@@ -91,7 +95,8 @@ def test_matches_torch_functional(device, dtype, norm, activation, order):
         ref_buffers.setdefault("running_mean", None)
         ref_buffers.setdefault("running_var", None)
         ref_p = {k: f64(v) if isinstance(v, torch.Tensor) else v for k, v in p.items()}
-        ref = _reference(f64(x), f64(w), f64(b), conv, norm, kw, order, ref_p, ref_buffers)
+        ref = _reference(f64(x), f64(w), f64(b), conv, norm, kw, order, ref_p, ref_buffers,
+                         dtype if dtype in (torch.float16, torch.bfloat16) else torch.float64)
         assert y.dtype == dtype and y.shape == ref.shape
         if trial == 1 and x.dim() == 4:
             assert y.is_contiguous(memory_format=torch.channels_last) or y.is_contiguous()
