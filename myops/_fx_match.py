@@ -110,52 +110,35 @@ def _meta(node) -> Optional[torch.Tensor]:
 tensor_meta = _meta  # a tensor node's example value (a fake tensor), else None
 
 
-def _pair(v) -> Optional[List[Any]]:
+def _ints(v, n: int) -> Optional[List[Any]]:
+    """v as a list of n ints: an int repeated, or a sequence of n (or 1) ints; else None."""
     if isinstance(v, (int, torch.SymInt)):
-        return [v, v]
-    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(e, (int, torch.SymInt)) for e in v):
-        return list(v)
-    if isinstance(v, (list, tuple)) and len(v) == 1 and isinstance(v[0], (int, torch.SymInt)):
-        return [v[0], v[0]]
+        return [v] * n
+    if isinstance(v, (list, tuple)) and len(v) in (1, n) and all(isinstance(e, (int, torch.SymInt)) for e in v):
+        return list(v) * (n // len(v))
     return None
 
 
-def _conv_args(node: fx.Node, devices: Optional[Tuple[str, ...]]) -> Optional[List[Any]]:
-    """[input, weight, bias, stride, padding, output_padding, groups, dilation] of a 2-D transposed
-    convolution on a 4-D floating input on one of `devices` (device types; None: any), else None."""
-    b = _bind(node, _CONV_SIGNATURES)
+def _pair(v) -> Optional[List[Any]]:
+    return _ints(v, 2)
+
+
+def _conv_args(node: fx.Node, devices: Optional[Tuple[str, ...]], dims: int = 2) -> Optional[List[Any]]:
+    """[input, weight, bias, stride, padding, output_padding, groups, dilation] of a `dims`-D
+    (2 or 1) transposed convolution on a floating (dims + 2)-D input on one of `devices` (device
+    types; None: any), the sizes as lists of `dims` ints; else None."""
+    b = _bind(node, _CONV_SIGNATURES if dims == 2 else _CONV1D_SIGNATURES)
     if b is None or (node.target is aten.convolution.default and b["transposed"] is not True):
         return None
     x = _meta(b["input"])
-    if x is None or x.dim() != 4 or x.dtype not in _FLOATING:
+    if x is None or x.dim() != dims + 2 or x.dtype not in _FLOATING:
         return None
     if devices is not None and x.device.type not in devices:
         return None
-    pairs = [_pair(b[k]) for k in ("stride", "padding", "output_padding", "dilation")]
-    if any(p is None for p in pairs) or not isinstance(b["groups"], (int, torch.SymInt)):
+    sizes = [_ints(b[k], dims) for k in ("stride", "padding", "output_padding", "dilation")]
+    if any(s is None for s in sizes) or not isinstance(b["groups"], (int, torch.SymInt)):
         return None
-    stride, padding, output_padding, dilation = pairs
-    return [b["input"], b["weight"], b["bias"], stride, padding, output_padding, b["groups"], dilation]
-
-
-def _single(v) -> Optional[List[Any]]:
-    if isinstance(v, (int, torch.SymInt)):
-        return [v]
-    if isinstance(v, (list, tuple)) and len(v) == 1 and isinstance(v[0], (int, torch.SymInt)):
-        return list(v)
-    return None
-
-
-def _conv1d_args(node: fx.Node, devices: Optional[Tuple[str, ...]]) -> Optional[List[Any]]:
-    """The same as _conv_args for a 1-D transposed convolution of a 3-D floating input."""
-    b = _bind(node, _CONV1D_SIGNATURES)
-    x = None if b is None else _meta(b["input"])
-    if x is None or x.dim() != 3 or x.dtype not in _FLOATING or (devices is not None and x.device.type not in devices):
-        return None
-    singles = [_single(b[k]) for k in ("stride", "padding", "output_padding", "dilation")]
-    if any(s is None for s in singles) or not isinstance(b["groups"], (int, torch.SymInt)):
-        return None
-    stride, padding, output_padding, dilation = singles
+    stride, padding, output_padding, dilation = sizes
     return [b["input"], b["weight"], b["bias"], stride, padding, output_padding, b["groups"], dilation]
 
 
@@ -428,7 +411,7 @@ def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, dev
             counts["conv_transpose2d"] += 1
     if standalone_conv is True:  # 1-D ones too (vocoder upsamplers): all of them, when asked for
         for node in list(graph.nodes):
-            conv = _conv1d_args(node, devices)
+            conv = _conv_args(node, devices, dims=1)
             if conv is not None:
                 _replace(graph, node, [], torch.ops.myops.conv_transpose1d.default, conv)
                 counts["conv_transpose1d"] = counts.get("conv_transpose1d", 0) + 1
