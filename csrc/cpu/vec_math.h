@@ -9,15 +9,15 @@
 #include <cstring>
 
 #if defined(__GNUC__)
-#define MYOPS_ALWAYS_INLINE inline __attribute__((always_inline))
+#define VEC_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
-#define MYOPS_ALWAYS_INLINE inline
+#define VEC_ALWAYS_INLINE inline
 #endif
 
 namespace myops {
 namespace vec {
 
-MYOPS_ALWAYS_INLINE float exp_f32(float x) {
+VEC_ALWAYS_INLINE float exp_f32(float x) {
   // ternaries and an int conversion instead of fminf / fmaxf / floorf: libm calls block vectorising
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   // x = k ln2 + r, |r| <= ln2 / 2 (ln2 split in two for an exact k ln2); the +128 bias keeps the
@@ -40,7 +40,7 @@ MYOPS_ALWAYS_INLINE float exp_f32(float x) {
 }
 
 // erfc(z) for z >= 0.
-MYOPS_ALWAYS_INLINE float erfc_nonneg_f32(float z) {
+VEC_ALWAYS_INLINE float erfc_nonneg_f32(float z) {
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;
   p = p * t - 0.82215223f;
@@ -55,7 +55,7 @@ MYOPS_ALWAYS_INLINE float erfc_nonneg_f32(float z) {
   return t * exp_f32(p - z * z);
 }
 
-MYOPS_ALWAYS_INLINE float gelu_erf_f32(float x) {
+VEC_ALWAYS_INLINE float gelu_erf_f32(float x) {
   const float z = (x < 0.0f ? -x : x) * 0.70710678118654752f;
   const float c = erfc_nonneg_f32(z);  // erfc(|x|/√2)
   return 0.5f * x * (x >= 0.0f ? 2.0f - c : c);
@@ -64,7 +64,7 @@ MYOPS_ALWAYS_INLINE float gelu_erf_f32(float x) {
 // tanh without a libm call: an odd minimax polynomial for |x| < 0.625 (where 1 - 2 / (e^2x + 1)
 // would cancel), the exp form above; both are computed and selected so the loop vectorises.
 // Relative error ~1e-7 (Cephes tanhf's coefficients).
-MYOPS_ALWAYS_INLINE float tanh_f32(float x) {
+VEC_ALWAYS_INLINE float tanh_f32(float x) {
   const float z = x * x;
   float p = -5.70498872745e-3f;
   p = p * z + 2.06390887954e-2f;
@@ -78,7 +78,7 @@ MYOPS_ALWAYS_INLINE float tanh_f32(float x) {
   return a < 0.625f ? small : large;
 }
 
-MYOPS_ALWAYS_INLINE float gelu_tanh_f32(float x) {
+VEC_ALWAYS_INLINE float gelu_tanh_f32(float x) {
   const float u = 0.79788456080286535588f * (x + 0.044715f * x * x * x);
   return x / (1.0f + exp_f32(-2.0f * u));
 }
