@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from . import ops
+from . import norm_act, ops
 
 
 _STORES = ("_parameters", "_buffers", "_modules")
@@ -205,6 +205,79 @@ class ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm(nn.Module):
                                 output_size, read)
 
 
+# The family's layers (exact types): normalisation -> the API's norm name; activation -> its name
+_NORMS = {nn.BatchNorm2d: "batch_norm", nn.InstanceNorm2d: "instance_norm", nn.GroupNorm: "group_norm"}
+_ACTIVATIONS = {nn.ReLU: "relu", nn.LeakyReLU: "leaky_relu", nn.SiLU: "silu", nn.GELU: "gelu", nn.Tanh: "tanh",
+                nn.Sigmoid: "sigmoid"}
+
+
+def _norm_kwargs(norm: nn.Module, read) -> Tuple[dict, Optional[Tensor]]:
+    """conv_transpose2d_norm_act's arguments for one forward step of `norm`, as its own forward
+    computes them, and (BatchNorm) the num_batches_tracked the step still owes += 1."""
+    if isinstance(norm, nn.GroupNorm):
+        return dict(norm="group_norm", num_groups=norm.num_groups, norm_weight=read(norm, "weight"),
+                    norm_bias=read(norm, "bias"), eps=norm.eps), None
+    if isinstance(norm, nn.BatchNorm2d):
+        (running_mean, running_var, weight, bias, training, momentum, eps), owed = _batch_norm_arguments(norm, read)
+        return dict(norm="batch_norm", running_mean=running_mean, running_var=running_var, norm_weight=weight,
+                    norm_bias=bias, training=training, momentum=momentum, eps=eps), owed
+    return dict(norm="instance_norm", running_mean=read(norm, "running_mean"), running_var=read(norm, "running_var"),
+                norm_weight=read(norm, "weight"), norm_bias=read(norm, "bias"),
+                training=norm.training or not norm.track_running_stats,
+                momentum=0.0 if norm.momentum is None else norm.momentum, eps=norm.eps), None
+
+
+def _activation_kwargs(act: nn.Module) -> dict:
+    name = _ACTIVATIONS[type(act)]
+    if name == "leaky_relu":
+        return dict(activation=name, negative_slope=act.negative_slope)
+    if name == "gelu":
+        return dict(activation=name, approximate=act.approximate)
+    return dict(activation=name)
+
+
+class ConvTranspose2dNormAct(nn.Module):
+    """A transposed convolution, a normalisation (``nn.BatchNorm2d``, ``nn.InstanceNorm2d``,
+    ``nn.GroupNorm``) and an activation (``nn.ReLU``, ``nn.LeakyReLU``, ``nn.SiLU``, ``nn.GELU``,
+    ``nn.Tanh``, ``nn.Sigmoid``; or none), in either order, as one call to
+    :func:`myops.conv_transpose2d_norm_act`. Built over existing layers with :meth:`from_modules`
+    (or by :func:`swap_modules`); its children are those layers, in their order. The norm behaves
+    as its module does in train and eval mode, running buffers and ``num_batches_tracked``
+    included."""
+
+    @classmethod
+    def from_modules(cls, conv: nn.ConvTranspose2d, *layers: nn.Module) -> "ConvTranspose2dNormAct":
+        """The fused module over ``conv`` and then a norm and an activation, in their order (one of
+        them may be absent); parameters and buffers are shared, not copied."""
+        _require(cls, "conv", conv, (nn.ConvTranspose2d,))
+        norms = [m for m in layers if type(m) in _NORMS]
+        acts = [m for m in layers if type(m) in _ACTIVATIONS]
+        if len(norms) > 1 or len(acts) > 1 or len(norms) + len(acts) != len(layers) or not layers:
+            raise TypeError(f"myops.nn.{cls.__name__}.from_modules: after 'conv', expected a normalisation "
+                            f"({', '.join('nn.' + t.__name__ for t in _NORMS)}) and / or an activation "
+                            f"({', '.join('nn.' + t.__name__ for t in _ACTIVATIONS)}), got "
+                            f"{[type(m).__name__ for m in layers]}")
+        if norms:
+            channels = norms[0].num_channels if isinstance(norms[0], nn.GroupNorm) else norms[0].num_features
+            _require_channels(cls, "norm", channels, conv)
+        children = {"conv": conv}
+        for m in layers:
+            children["norm" if type(m) in _NORMS else "act"] = m
+        fused = _adopt(cls, **children)
+        fused.order = "act_norm" if acts and norms and layers[0] is acts[0] else "norm_act"
+        return fused
+
+    def forward(self, input: Tensor, output_size: Optional[Sequence[int]] = None) -> Tensor:
+        read = _member_reader()
+        weight, bias, conv_args = _conv_args(read(self, "conv"), input, output_size, read)
+        norm, act = self._modules.get("norm"), self._modules.get("act")
+        kwargs, owed = _norm_kwargs(norm, read) if norm is not None else (dict(norm="none"), None)
+        if act is not None:
+            kwargs.update(_activation_kwargs(act))
+        return norm_act.conv_transpose2d_norm_act(input, weight, bias, *conv_args, order=self.order,
+                                                  num_batches_tracked=owed, **kwargs)
+
+
 # The chains the swapper replaces: the layer types in order (exact types: a subclass may have its
 # own forward), and the fused module that takes them.
 CHAINS = {
@@ -222,10 +295,27 @@ def _has_hooks(module: nn.Module) -> bool:
                                                         "_backward_pre_hooks"))
 
 
+def _family_run(layers: Sequence[nn.Module]) -> int:
+    """How many layers from the start form a family chain: a ConvTranspose2d, then a norm and / or
+    an activation in either order (0: none)."""
+    if not layers or type(layers[0]) is not nn.ConvTranspose2d:
+        return 0
+    kinds = [_NORMS if type(m) in _NORMS else _ACTIVATIONS if type(m) in _ACTIVATIONS else None for m in layers[1:3]]
+    if kinds[:1] == [None] or not kinds:
+        return 0
+    return 3 if len(kinds) == 2 and kinds[1] is not None and kinds[1] is not kinds[0] else 2
+
+
 def _fused(layers: Sequence[nn.Module]) -> Optional[Tuple[str, nn.Module, int]]:
     """(chain name, fused module, layers it takes) for a run of layers that starts with one of
-    CHAINS exactly, else None."""
-    for name, (types, cls) in CHAINS.items():
+    CHAINS exactly, or with a family chain (ConvTranspose2dNormAct), else None."""
+    span = _family_run(layers)
+    candidates = list(CHAINS.items())
+    if span:
+        run = layers[:span]
+        kind = "_".join(["conv_transpose2d"] + [{**_NORMS, **_ACTIVATIONS}[type(m)] for m in run[1:]])
+        candidates.append((kind, (tuple(type(m) for m in run), ConvTranspose2dNormAct)))
+    for name, (types, cls) in candidates:
         if len(layers) >= len(types) and all(type(m) is t for m, t in zip(layers, types)):
             run = layers[:len(types)]
             if any(_has_hooks(m) for m in run):
@@ -268,7 +358,7 @@ def swap_modules(model: nn.Module) -> Dict[str, int]:
             name, sequential[i], span = found
             for j in range(i + 1, i + span):
                 sequential[j] = _Absorbed()
-            counts[name] += 1
+            counts[name] = counts.get(name, 0) + 1
             i += span
     return counts
 
@@ -277,7 +367,7 @@ def unswap_modules(model: nn.Module) -> int:
     """Undoes :func:`swap_modules` in place: each fused module it placed in an ``nn.Sequential``
     gives its layers back to their positions. Returns the number of chains restored."""
     restored = 0
-    fused_types = tuple(cls for _, cls in CHAINS.values())
+    fused_types = tuple(cls for _, cls in CHAINS.values()) + (ConvTranspose2dNormAct,)
     for sequential in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
         for i, module in enumerate(list(sequential)):
             if not isinstance(module, fused_types):
