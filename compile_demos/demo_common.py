@@ -26,7 +26,7 @@ def parse_args(description, extra=None):
     return p.parse_args()
 
 
-def _compiled_pair(model, x, device, measure):
+def _compiled_pair(model, x, device, measure, options=None):
     """The model compiled without and with the myops rewrite, both kept alive so that they can be
     timed in alternating rounds. Dynamo caches compiled code per code object: two functions of
     their own (not closures of one function, which would share a code object) keep the two
@@ -45,7 +45,7 @@ def _compiled_pair(model, x, device, measure):
     if device == "cpu":
         print("note: myops.compile.enable() leaves CPU chains to Inductor by default (the CPU kernels are "
               "slower than its oneDNN conv); this demo passes devices=('cpu',) to show the rewrite")
-    mc.enable(devices=(device,), measure=measure)
+    mc.enable(devices=(device,), measure=measure, **(options or {}))
     try:
         fused = torch.compile(myops_forward, fullgraph=True)
         # compile for real (no cache hit), so that stats() counts this compilation's rewrites
@@ -61,7 +61,7 @@ def _nonzero(counts):
     return {k: v for k, v in counts.items() if v}
 
 
-def compare_training(model, x, device, reps=None):
+def compare_training(model, x, device, reps=None, options=None):
     """Median time of a training step (forward, a mean-square loss, backward; gradients reset each
     step) under plain torch.compile and under torch.compile + myops, timed in alternating rounds."""
     reps = reps or (50 if device == "cuda" else 3)
@@ -83,7 +83,7 @@ def compare_training(model, x, device, reps=None):
     plain = torch.compile(plain_forward, fullgraph=True)
     step(plain)()
     mc.reset_stats()
-    mc.enable(devices=(device,))
+    mc.enable(devices=(device,), **(options or {}))
     try:
         fused = torch.compile(myops_forward, fullgraph=True)
         step(fused)()
@@ -110,7 +110,7 @@ def _profile(rows):
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
 
 
-def compare(model, x, device, reps=None, extra_rows=(), measure=False, profile=False):
+def compare(model, x, device, reps=None, extra_rows=(), measure=False, profile=False, options=None):
     """Prints replacements, max |err| against a float64 eager reference, and median timings, two
     ways on a GPU: each call from an idle GPU (the host's dispatch before the first kernel
     counted), and calls queued back to back (GPU time, as in a loop whose host runs ahead).
@@ -119,7 +119,7 @@ def compare(model, x, device, reps=None, extra_rows=(), measure=False, profile=F
     reps = reps or (100 if device == "cuda" else 5)
     with torch.no_grad():
         ref = copy.deepcopy(model).double()(x.double())
-        plain, fused, replaced = _compiled_pair(model, x, device, measure)
+        plain, fused, replaced = _compiled_pair(model, x, device, measure, options)
         print(f"myops replacements: {replaced}")
         rows = {"eager PyTorch": lambda: model(x), **dict(extra_rows),
                 "torch.compile (Inductor)": lambda: plain(x), "torch.compile + myops": lambda: fused(x)}

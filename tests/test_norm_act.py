@@ -240,3 +240,21 @@ def test_cuda_matches_cpu(dtype, activation, stats):
     for c, g in zip(cpu, gpu):
         if c.numel():
             assert_matches(g, c, tol)
+
+
+@pytest.mark.parametrize("norm,kw", [("group_norm", dict(num_groups=4)), ("batch_norm", {}), ("instance_norm", {})])
+def test_autocast_follows_eager(norm, kw):
+    # under CPU autocast (bfloat16): the conv in bfloat16, each norm's result dtype as eager's
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 8, 5, 5), torch.randn(8, 8, 4, 4) / 8, torch.randn(8)
+    g, beta = torch.rand(8) + 0.5, torch.randn(8)
+    with torch.autocast("cpu", torch.bfloat16):
+        y = myops.conv_transpose2d_norm_act(x, w, b, 2, 1, norm=norm, activation="silu", norm_weight=g,
+                                            norm_bias=beta, **kw)
+        c = F.conv_transpose2d(x, w, b, 2, 1)
+        ref = {"group_norm": lambda: F.group_norm(c, 4, g, beta),
+               "batch_norm": lambda: F.batch_norm(c, None, None, g, beta, True),
+               "instance_norm": lambda: F.instance_norm(c, weight=g, bias=beta)}[norm]()
+        ref = F.silu(ref)
+    assert y.dtype == ref.dtype
+    torch.testing.assert_close(y.float(), ref.float(), atol=5e-2, rtol=5e-2)
