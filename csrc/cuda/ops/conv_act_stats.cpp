@@ -66,7 +66,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cuda(
       }
       if (want_stats) partials = plane_moments(kOp, out);
     } else {
-      const KernelCall k = kernel_call(p, input, !want_stats && a.act == Activation::None);
+      // (no statistics: a plain output for the engines, the few-channels one included, whatever the activation)
+      const KernelCall k = kernel_call(p, input, !want_stats);
       cuda::ConvEpilogue ep;
       ep.act = a.act;
       ep.approx = a.approx;
