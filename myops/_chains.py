@@ -53,11 +53,16 @@ _ACTIVATION_METHODS = {"relu": "relu", "relu_": "relu", "tanh": "tanh", "tanh_":
 _NORM_ARGS = ["input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"]
 _NORM_DEFAULTS = {"running_mean": None, "running_var": None, "weight": None, "bias": None, "momentum": 0.1,
                   "eps": 1e-5}
+# aten.batch_norm / aten.instance_norm (torch.export graphs): the affine parameters first
+_ATEN_NORM_ARGS = ["input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
+                   "cudnn_enabled"]
 # target -> (normalisation, argument names, defaults); F.instance_norm's use_input_stats is named
 # training here, as the API takes it
 _NORM_FUNCTIONS = {
     F.batch_norm: ("batch_norm", _NORM_ARGS, {**_NORM_DEFAULTS, "training": False}),
     F.instance_norm: ("instance_norm", _NORM_ARGS, {**_NORM_DEFAULTS, "training": True}),
+    aten.batch_norm.default: ("batch_norm", _ATEN_NORM_ARGS, {}),
+    aten.instance_norm.default: ("instance_norm", _ATEN_NORM_ARGS, {}),
     **{target: ("group_norm", names, defaults) for target, (names, defaults) in fm._GROUP_NORM_SIGNATURES.items()},
 }
 

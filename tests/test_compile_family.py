@@ -172,3 +172,20 @@ def test_activation_before_the_norm_is_rewritten(device):
     _close(torch.compile(model, fullgraph=True)(x), eager(x), tol)
     assert _rewritten() == {"conv_transpose2d_leaky_relu_batch_norm": 1}
     _close(model.bn.running_var, eager.bn.running_var, tol)
+
+
+@pytest.mark.parametrize("name", ["dcgan", "cyclegan_resnet", "decoder_upsampler"])
+def test_fuse_on_torch_export_graphs(name):
+    # the aten forms (aten.batch_norm, aten.instance_norm, aten.group_norm, aten.relu_, ...) of an
+    # exported graph: myops.compile.fuse rewrites the same chains as torch.compile's pass
+    make, shape, train_counts, _ = _cases()[name]
+    torch.manual_seed(0)
+    model = make().train()
+    eager = copy.deepcopy(model)
+    x = torch.randn(shape)
+    gm = torch.export.export(model, (x,)).module()
+    assert mc.fuse(gm) == sum(train_counts.values())
+    assert _rewritten() == train_counts
+    _close(gm(x), eager(x))
+    for (key, b), b_ref in zip(gm.named_buffers(), eager.buffers()):
+        _close(b, b_ref, 1e-4) if b.is_floating_point() else None
