@@ -169,15 +169,15 @@ def find_chains(graph: fx.Graph) -> List[Chain]:
                 chains.append(Chain(act.input, None, act, "act_norm"))  # (else found by its norm)
             continue
         norm = norm_of(node)
-        if norm is None or not isinstance(norm.input, fx.Node):
+        if norm is None:
             continue
-        if fm._bind(norm.input, fm._CONV_SIGNATURES) is not None:
+        if _is_conv(norm.input):
             users = list(node.users)
             act = activation_of(users[0]) if len(users) == 1 else None
             chains.append(Chain(norm.input, norm, act if act is not None and act.input is node else None, "norm_act"))
             continue
         act = activation_of(norm.input)
-        if act is not None and isinstance(act.input, fx.Node) and fm._bind(act.input, fm._CONV_SIGNATURES) is not None:
+        if act is not None and _is_conv(act.input):
             chains.append(Chain(act.input, norm, act, "act_norm"))
     return chains
 
