@@ -1,6 +1,6 @@
 #pragma once
-// The family's activations as ATen ops (F.<name>'s own kernels): the CPU op and the CUDA op's
-// path for activations its conv epilogue does not apply.
+// The family's activations and statistics as ATen ops (F.<name>'s own kernels): the CPU op, and
+// the CUDA op where cuDNN's conv runs it (no epilogue) or its output is empty.
 #include <ATen/core/Tensor.h>
 
 #include "common/gelu_math.h"

@@ -37,16 +37,11 @@ ChannelStats conv_channel_stats(const char* op, ConvSource source, const at::Ten
     ep.tile_stats = tile_stats.data_ptr();
     r.out = conv_forward(op, input, weight, bias, p, k, ep);
   }
-  r.mean = at::empty({p.C_out}, input.options().dtype(stats_dtype));
-  r.var = at::empty({p.C_out}, input.options().dtype(stats_dtype));
   if (p.N * p.OH * p.OW == 0) {
-    r.mean.zero_();
-    r.var.fill_(std::numeric_limits<double>::quiet_NaN());
+    r.mean = at::zeros({p.C_out}, input.options().dtype(stats_dtype));
+    r.var = at::full({p.C_out}, std::numeric_limits<double>::quiet_NaN(), input.options().dtype(stats_dtype));
   } else {
-    check_launch(cuda::channel_stats_from_tiles(tile_stats.const_data_ptr(), kernel_dtype(input.scalar_type()), p.N,
-                                                p.C_out, tile_stats.size(2), r.mean.data_ptr(), r.var.data_ptr(),
-                                                at::cuda::getCurrentCUDAStream()),
-                 op);
+    std::tie(r.mean, r.var) = channel_stats_from_partials(op, tile_stats);
   }
   return r;
 }

@@ -11,7 +11,6 @@
 #include <tuple>
 
 #include "aten_activation.h"
-#include "cuda/norm/batch_norm_chain.cuh"
 #include "cuda/norm/norm_act.cuh"
 #include "cuda/ops/conv.h"
 #include "cuda/ops/group_norm.h"
@@ -25,21 +24,13 @@ constexpr const char* kOp = "conv_transpose2d_act_stats";
 // The statistics from partials [N, C_out, tiles, 3] (the conv epilogue's, or one per plane).
 std::pair<at::Tensor, at::Tensor> stats_from_partials(const ConvActStats& a, const at::Tensor& partials,
                                                       const at::Tensor& out, int64_t num_groups) {
-  const ConvTranspose2dParams& p = a.conv;
-  const auto options = out.options().dtype(compute_dtype(out.scalar_type()));
   if (out.numel() == 0) return aten_norm_stats(out, a.stats, num_groups);  // NaN statistics, as torch's
-  if (a.stats == NormStats::Channel) {
-    at::Tensor mean = at::empty({p.C_out}, options), var = at::empty({p.C_out}, options);
-    check_launch(cuda::channel_stats_from_tiles(partials.const_data_ptr(), kernel_dtype(out.scalar_type()), p.N,
-                                                p.C_out, partials.size(2), mean.data_ptr(), var.data_ptr(),
-                                                at::cuda::getCurrentCUDAStream()),
-                 kOp);
-    return {mean, var};
-  }
+  if (a.stats == NormStats::Channel) return channel_stats_from_partials(kOp, partials);
   // float64 mean and 1 / sqrt(var) (eps 0): var = rstd^-2, exact to the statistics' rounding
   const GroupStats g = group_stats_from_partials(kOp, partials, num_groups, 0.0);
-  return {g.mean.view({p.N, num_groups}).to(options.dtype()),
-          g.rstd.pow(-2).view({p.N, num_groups}).to(options.dtype())};
+  const int64_t N = a.conv.N;
+  return {g.mean.view({N, num_groups}).to(partials.scalar_type()),
+          g.rstd.pow(-2).view({N, num_groups}).to(partials.scalar_type())};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cuda(

@@ -2,6 +2,8 @@
 
 #include <ATen/cuda/CUDAContext.h>
 
+#include "cuda/norm/batch_norm_chain.cuh"  // channel_stats_from_tiles
+
 namespace myops {
 namespace host {
 
@@ -52,6 +54,16 @@ GroupStats group_stats_from_partials(const char* op, const at::Tensor& partials,
                                                  float32_copy ? s.rstd32.data_ptr<float>() : nullptr),
                op);
   return s;
+}
+
+std::pair<at::Tensor, at::Tensor> channel_stats_from_partials(const char* op, const at::Tensor& partials) {
+  const int64_t C = partials.size(1);
+  at::Tensor mean = at::empty({C}, partials.options()), var = at::empty_like(mean);
+  check_launch(cuda::channel_stats_from_tiles(partials.const_data_ptr(), kernel_dtype(partials.scalar_type()),
+                                              partials.size(0), C, partials.size(2), mean.data_ptr(), var.data_ptr(),
+                                              at::cuda::getCurrentCUDAStream()),
+               op);
+  return {mean, var};
 }
 
 std::optional<at::Tensor> group_norm_nhwc(const char* op, const at::Tensor& x, int64_t num_groups, double eps,

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <utility>
 
 #include "cuda/norm/channels_last_group_norm.cuh"
 #include "cuda/norm/norm_act.cuh"
@@ -39,6 +40,10 @@ at::Tensor plane_moments(const char* op, const at::Tensor& x, cuda::PreGelu pre 
 // per plane), reduced per (n, group) in a fixed order; float32_copy: also as float32.
 GroupStats group_stats_from_partials(const char* op, const at::Tensor& partials, int64_t num_groups, double eps,
                                      bool float32_copy = false);
+
+// BatchNorm's per-channel mean and biased variance ([C] each, in the partials' dtype) from partials
+// [N, C, tiles, 3] of a non-empty output, reduced per channel in a fixed order.
+std::pair<at::Tensor, at::Tensor> channel_stats_from_partials(const char* op, const at::Tensor& partials);
 
 // GroupNorm of x, a contiguous channels-last [N, C, H, W], where it lies: the statistics pass reads
 // it as NHWC through pre, and the normalise pass (reading it the same way) writes a new tensor in
