@@ -191,14 +191,8 @@ def _channel_stats_backward(ctx, g_out, g_mean, g_var):
 
 
 def _channel_stats_grads(input, weight, out, mean, g_out, g_mean, g_var, bias_len, conv_args, mask):
-    count = out.numel() // max(out.shape[1], 1)
-    g = torch.zeros_like(out, dtype=mean.dtype) if g_out is None else g_out.to(mean.dtype)
-    if g_mean is not None:
-        g = g + g_mean.view(1, -1, 1, 1) / count
-    if g_var is not None:
-        # (tensor / SymInt, not a Python float from the SymInt: dynamic shapes keep it symbolic)
-        g = g + g_var.view(1, -1, 1, 1) * 2 * (out.to(mean.dtype) - mean.view(1, -1, 1, 1)) / count
-    return _conv_grads(g.to(out.dtype), input, weight, bias_len, conv_args, mask)
+    g = _fold_stats_grads(out, mean, g_out, g_mean, g_var, "channel")
+    return _conv_grads(g, input, weight, bias_len, conv_args, mask)
 
 
 _register(
@@ -350,7 +344,7 @@ def _fold_stats_grads(out, mean, g_out, g_mean, g_var, stats):
     g = torch.zeros_like(out, dtype=mean.dtype) if g_out is None else g_out.to(mean.dtype)
     if stats == "channel":
         shape, count = [1, -1, 1, 1], out.numel() // max(out.shape[1], 1)
-        grouped, centred = out.shape, None
+        grouped = out.shape
     else:
         n, groups = mean.shape[0], mean.shape[1]
         grouped = [n, groups, math.prod(out.shape[1:]) // groups]
@@ -359,6 +353,7 @@ def _fold_stats_grads(out, mean, g_out, g_mean, g_var, stats):
     if g_mean is not None:
         g = g + g_mean.reshape(shape) / count
     if g_var is not None:
+        # (tensor / SymInt, not a Python float from the SymInt: dynamic shapes keep it symbolic)
         centred = out.reshape(grouped).to(mean.dtype) - mean.reshape(shape)
         g = g + g_var.reshape(shape) * 2 * centred / count
     return g.reshape(out.shape).to(out.dtype)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _autocast, _shapes
-from .ops import IntOrPair, _conv_args, _conv_output_hw, update_running_stats
+from .ops import IntOrPair, _conv_args, _conv_output_hw, per_channel, update_running_stats
 
 _ACT_STATS = torch.ops.myops.conv_transpose2d_act_stats.default
 
@@ -187,23 +187,14 @@ def normalize(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Optional
     statistics' dtype (float32 for 16-bit x), rounded once to ``out_dtype`` (default x's).
     mean / var: per channel [C], or per (sample, group) [N, G]. Plain torch ops, so that
     torch.compile fuses them with the consumers. The result keeps x's memory format."""
-    n, c = x.shape[0], x.shape[1]
     spatial = [1] * (x.dim() - 2)
     ct = torch.float64 if x.dtype == torch.float64 else torch.float32
-
-    def per_channel(stat):
-        stat = stat.to(ct)
-        if stat.dim() == 1:
-            return stat.reshape([1, c] + spatial)
-        groups = stat.shape[1]
-        return stat.unsqueeze(-1).expand(n, groups, c // groups).reshape([n, c] + spatial)
-
-    scale = (per_channel(var) + eps).rsqrt()
-    y = (x.to(ct) - per_channel(mean)) * scale
+    scale = (per_channel(var.to(ct), x) + eps).rsqrt()
+    y = (x.to(ct) - per_channel(mean.to(ct), x)) * scale
     if weight is not None:
-        y = y * weight.to(ct).reshape([c] + spatial)
+        y = y * weight.to(ct).reshape([x.shape[1]] + spatial)
     if bias is not None:
-        y = y + bias.to(ct).reshape([c] + spatial)
+        y = y + bias.to(ct).reshape([x.shape[1]] + spatial)
     if post is not None:
         y = post(y)
     return y.to(x.dtype if out_dtype is None else out_dtype)

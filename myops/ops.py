@@ -206,19 +206,24 @@ def group_norm_with_stats(input: Tensor, mean: Tensor, rstd: Tensor, weight: Opt
     dtype and rounded once to ``out_dtype`` (default: what ``F.group_norm`` returns for ``input``:
     its dtype, or float32 under CUDA autocast); plain torch ops, so that torch.compile fuses it with
     its consumers. The result keeps the input's memory format."""
-    n, c = input.shape[0], input.shape[1]
-    groups = mean.shape[1]
     spatial = [1] * (input.dim() - 2)
-
-    def expand(stat):  # [N, G] -> [N, C, 1, ...]: each group's value for its channels
-        return stat.unsqueeze(-1).expand(n, groups, c // groups).reshape([n, c] + spatial)
-
-    out = (input.to(mean.dtype) - expand(mean)) * expand(rstd)
+    out = (input.to(mean.dtype) - per_channel(mean, input)) * per_channel(rstd, input)
     if weight is not None:
-        out = out * weight.to(mean.dtype).reshape([c] + spatial)
+        out = out * weight.to(mean.dtype).reshape([input.shape[1]] + spatial)
     if bias is not None:
-        out = out + bias.to(mean.dtype).reshape([c] + spatial)
+        out = out + bias.to(mean.dtype).reshape([input.shape[1]] + spatial)
     return out.to(_autocast.group_norm_dtype(input) if out_dtype is None else out_dtype)
+
+
+def per_channel(stat: Tensor, x: Tensor) -> Tensor:
+    """A statistic of ``x [N, C, *]`` broadcastable against it: ``[C]`` (per channel) as
+    ``[1, C, 1, ...]``, ``[N, G]`` (per sample and group) as ``[N, C, 1, ...]``, each group's value
+    for its channels."""
+    n, c, spatial = x.shape[0], x.shape[1], [1] * (x.dim() - 2)
+    if stat.dim() == 1:
+        return stat.reshape([1, c] + spatial)
+    groups = stat.shape[1]
+    return stat.unsqueeze(-1).expand(n, groups, c // groups).reshape([n, c] + spatial)
 
 
 def conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
