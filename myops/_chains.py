@@ -211,17 +211,15 @@ def why_not(chain: Chain, conv: Optional[List[Any]], standalone_conv: fm.Standal
     return None
 
 
-def _inputs_late(graph: fx.Graph, chain: Chain) -> Optional[str]:
-    """A reason where a tensor the normalisation reads is made after the conv output's first
-    reader (the rewritten call goes there)."""
-    if chain.norm is None:
-        return None
+def _call_site(graph: fx.Graph, chain: Chain) -> Tuple[Optional[fx.Node], Optional[str]]:
+    """Where the rewritten call goes, before the conv output's first reader (so that every reader
+    can see it); or a reason where a tensor the normalisation reads is made only after that."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     first = min(chain.conv_node.users, key=order.__getitem__)
-    for t in chain.norm.kwargs.values():
+    for t in (chain.norm.kwargs.values() if chain.norm is not None else ()):
         if isinstance(t, fx.Node) and order[t] > order[first]:
-            return "a normalisation parameter is computed after the conv output is first read"
-    return None
+            return None, "a normalisation parameter is computed after the conv output is first read"
+    return first, None
 
 
 def _api_kwargs(chain: Chain) -> Dict[str, Any]:
@@ -272,25 +270,25 @@ def rewrite_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], found: D
             continue
         found[kind] = found.get(kind, 0) + 1
         conv = fm._chain_conv_args(chain.conv_node, devices, kind)
-        reason = why_not(chain, conv, standalone_conv) or _inputs_late(graph, chain)
+        reason = why_not(chain, conv, standalone_conv)
+        if reason is None:
+            at, reason = _call_site(graph, chain)
         kwargs = None if reason else _api_kwargs(chain)
         if reason is None and accept is not None and not accept(_candidate(chain, conv, kwargs)):
             reason = "measured slower than the chain in eager PyTorch"
         if reason is not None:
             log.info("myops.compile: %s chain left to Inductor: %s", kind, reason)
             continue
-        _rewrite(graph, chain, conv, kwargs)
+        _rewrite(graph, chain, conv, kwargs, at)
         rewritten[kind] = rewritten.get(kind, 0) + 1
 
 
-def _rewrite(graph: fx.Graph, chain: Chain, conv: List[Any], kwargs: Dict[str, Any]) -> None:
-    """One conv_transpose2d_norm_act call in place of the chain; where the conv output has other
-    users (a residual), the call also returns it (return_conv) and they read that."""
+def _rewrite(graph: fx.Graph, chain: Chain, conv: List[Any], kwargs: Dict[str, Any], at: fx.Node) -> None:
+    """One conv_transpose2d_norm_act call, before node `at` (_call_site), in place of the chain;
+    where the conv output has other users (a residual), the call also returns it (return_conv) and
+    they read that."""
     others = [u for u in chain.conv_node.users if u is not chain.steps[0].node]
     end = chain.end
-    # where every reader of the conv output can see the call: before the first of them
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    at = min([chain.steps[0].node, *others], key=order.__getitem__)
     with graph.inserting_before(at):
         call = graph.call_function(conv_transpose2d_norm_act, tuple(conv), {**kwargs, "return_conv": bool(others)})
         out = graph.call_function(operator.getitem, (call, 0)) if others else call
