@@ -3,6 +3,8 @@ the ops' C++ Autograd kernel, csrc/autograd_entry.cpp, for the calls that need a
 
 Backward is written with aten ops (convolution_backward, gelu_backward, native_group_norm_backward),
 so it is correct for every argument combination and traceable by torch.compile / AOTAutograd.
+Where aten's backward op has no derivative of its own (native_group_norm_backward, silu_backward),
+a backward that is itself recorded (create_graph=True: gradient penalties) uses torch ops instead.
 group_norm and the fused op save only their inputs and recompute the cheap intermediates
 (conv output, GELU, mean / rstd) in backward, like activation checkpointing: the fused op's
 memory saving survives training.
@@ -42,6 +44,8 @@ def _conv_grads(grad_conv, input, weight, bias_len, conv_args, mask):
 
 
 def _group_norm_grads(grad, x, num_groups, gamma, eps, mask):
+    if torch.is_grad_enabled():  # a backward that is itself differentiated (create_graph=True)
+        return _group_norm_grads_composite(grad, x, num_groups, gamma, eps, mask)
     n, c = x.shape[0], x.shape[1]
     hxw = _hxw(x)
     # aten's kernels want both in one (plain) layout; a channels_last x would be rejected on CUDA
@@ -52,6 +56,32 @@ def _group_norm_grads(grad, x, num_groups, gamma, eps, mask):
         [mask[0], mask[1], False])
     # beta's gradient is a plain channel sum; aten's backward fails on it when gamma is None
     gbeta = grad.sum(dim=[0, *range(2, grad.dim())]) if mask[2] else None
+    return gx, ggamma, gbeta
+
+
+def _group_norm_grads_composite(grad, x, num_groups, gamma, eps, mask):
+    """_group_norm_grads in differentiable torch ops (aten's native_group_norm_backward has no
+    derivative): g_x = rstd (g_xhat - E[g_xhat] - xhat E[g_xhat xhat]) per (sample, group)."""
+    n, c = x.shape[0], x.shape[1]
+    ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+    channel = [1, c] + [1] * (x.dim() - 2)
+    grouped = [n, num_groups, -1]
+    xg = x.to(ct).reshape(grouped)
+    var, mean = torch.var_mean(xg, dim=-1, keepdim=True, correction=0)
+    rstd = (var + eps).rsqrt()
+    xhat = ((xg - mean) * rstd).reshape(x.shape)
+    g = grad.to(ct)
+    gx = ggamma = gbeta = None
+    if mask[0]:
+        g_xhat = (g * gamma.to(ct).reshape(channel) if gamma is not None else g).reshape(grouped)
+        xhat_g = xhat.reshape(grouped)
+        gx = rstd * (g_xhat - g_xhat.mean(-1, keepdim=True) - xhat_g * (g_xhat * xhat_g).mean(-1, keepdim=True))
+        gx = gx.reshape(x.shape).to(x.dtype)
+    reduce_dims = [0, *range(2, x.dim())]
+    if mask[1]:
+        ggamma = (g * xhat).sum(reduce_dims).to(gamma.dtype)
+    if mask[2]:
+        gbeta = g.sum(reduce_dims).to(grad.dtype)
     return gx, ggamma, gbeta
 
 
@@ -372,6 +402,9 @@ def _activation_backward(g, out, conv, activation, negative_slope, approximate):
     if activation == "gelu":
         return aten.gelu_backward(g, conv, approximate=approximate)
     if activation == "silu":
+        if torch.is_grad_enabled():  # aten's silu_backward has no derivative
+            s = torch.sigmoid(conv)
+            return g * s * (1 + conv * (1 - s))
         return aten.silu_backward(g, conv)
     return aten.leaky_relu_backward(g, conv, negative_slope, False)
 

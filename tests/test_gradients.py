@@ -167,3 +167,47 @@ def test_direct_op_calls_record_autograd_only_where_needed(device):
         assert gelu(xg).grad_fn is None
     with pytest.raises(RuntimeError, match="myops::gelu: argument 'approximate'"):
         gelu(xg, approximate="bad")
+
+
+def _double_backward_cases(device):
+    """(name, fn, tensor inputs) covering every op with an autograd formula; small float64 shapes."""
+    ops = torch.ops.myops
+    p = lambda *shape: _p(*shape, device=device)  # noqa: E731
+    conv = ([2, 1], [0, 1], [1, 0], 1, [1, 1])
+    x, w, b = p(2, 3, 3, 3), p(3, 4, 2, 3), p(4)
+    gw, gb, bw, bb = p(4), p(4), p(4), p(4)
+    mean, var = p(4), (torch.rand(4, device=device, dtype=torch.float64) + 0.5).requires_grad_()
+    y = p(2, 4, 5, 6)
+    pool = ([2, 2], [2, 1], [1, 0], [1, 2])
+    return [
+        ("conv_transpose2d", lambda x, w, b: ops.conv_transpose2d(x, w, b, *conv), (x, w, b)),
+        ("conv_transpose1d", lambda x, w, b: myops.conv_transpose1d(x, w, b, 2, 1, 1), (p(2, 3, 5), p(3, 4, 3), b)),
+        ("gelu", lambda y: ops.gelu(y, approximate="tanh"), (y,)),
+        ("group_norm", lambda y, gw, gb: ops.group_norm(y, 2, gw, gb, 1e-5), (y, gw, gb)),
+        ("conv_transpose2d_gelu_group_norm", lambda x, w, b, gw, gb: ops.conv_transpose2d_gelu_group_norm(
+            x, w, b, *conv, "none", 2, gw, gb, 1e-5), (x, w, b, gw, gb)),
+        ("conv_transpose2d_gelu_group_stats", lambda x, w, b: ops.conv_transpose2d_gelu_group_stats(
+            x, w, b, *conv, "tanh", 2, 1e-3), (x, w, b)),
+        ("conv_transpose2d_channel_stats", lambda x, w, b: ops.conv_transpose2d_channel_stats(x, w, b, *conv),
+         (x, w, b)),
+        ("batch_norm_tanh_max_pool2d_group_norm", lambda y, mean, var, bw, bb, gw, gb:
+            ops.batch_norm_tanh_max_pool2d_group_norm(y, mean, var, bw, bb, 1e-5, *pool, 2, gw, gb, 1e-5),
+         (y, mean, var, bw, bb, gw, gb)),
+        ("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm (training)", lambda x, w, b, bw, bb, gw, gb:
+            ops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+                x, w, b, *conv, None, None, bw, bb, True, 1e-5, *pool, 2, gw, gb, 1e-5), (x, w, b, bw, bb, gw, gb)),
+        ("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm (eval)", lambda x, w, mean, var:
+            ops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+                x, w, None, *conv, mean, var, None, None, False, 1e-5, *pool, 2, None, None, 1e-5), (x, w, mean, var)),
+    ] + [(f"conv_transpose2d_act_stats ({act}, {stats})", lambda x, w, b, act=act, stats=stats:
+          ops.conv_transpose2d_act_stats(x, w, b, *conv, act, 0.2, "none", stats, 2), (x, w, b))
+         for act, stats in (("gelu", "group"), ("silu", "channel"), ("leaky_relu", "group"), ("relu", "none"),
+                            ("tanh", "channel"), ("sigmoid", "group"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradgradcheck_every_op(device):
+    # double backward (gradient penalties: WGAN-GP, R1) through every op's autograd formula
+    torch.manual_seed(0)
+    for name, fn, inputs in _double_backward_cases(device):
+        assert torch.autograd.gradgradcheck(fn, inputs, fast_mode=True), name

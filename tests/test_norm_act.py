@@ -133,11 +133,12 @@ def test_return_conv_gives_the_conv_output():
     torch.testing.assert_close(y, F.silu(F.group_norm(conv, 3)), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("norm,activation,order", [c for c in COMBOS if c[1] != "gelu_tanh" or c[2] == "act_norm"])
-def test_gradcheck(norm, activation, order):
+def test_gradcheck_and_gradgradcheck(norm, activation, order, device):
     rng = random.Random(7)
-    x, w, b, conv, p = _random_case(rng, norm, "cpu", torch.float64)
-    b = torch.randn(w.shape[1] * conv[3], dtype=torch.float64)
+    x, w, b, conv, p = _random_case(rng, norm, device, torch.float64)
+    b = torch.randn(w.shape[1] * conv[3], dtype=torch.float64, device=device)
     p = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in p.items()}
     if norm == "group_norm":
         p["num_groups"] = 1
@@ -155,6 +156,8 @@ def test_gradcheck(norm, activation, order):
                                                **kw, **p)
     # relu / leaky_relu kinks: the random values keep clear of 0 at this scale
     assert torch.autograd.gradcheck(fn, tensors, eps=1e-6, atol=1e-5)
+    # gradient penalties (WGAN-GP, R1) differentiate the backward itself
+    assert torch.autograd.gradgradcheck(fn, tensors, eps=1e-6, atol=1e-5, fast_mode=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
