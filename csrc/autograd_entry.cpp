@@ -86,6 +86,7 @@ constexpr const char* kOps[] = {
     "batch_norm_tanh_max_pool2d_group_norm",
     "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
     "conv_transpose2d_act_stats",
+    "normalize_act",
 };
 
 // Ops without a differentiable output (BatchNorm's running-buffer step): every call goes below

@@ -111,6 +111,15 @@ TORCH_LIBRARY(myops, m) {
       "SymInt[2] padding, SymInt[2] output_padding, SymInt groups, SymInt[2] dilation, str activation, "
       "float negative_slope, str approximate, str stats, int num_groups) -> (Tensor, Tensor, Tensor)",
       tags);
+  // The family's normalise + activation pass in one read and one write (eager calls; under
+  // torch.compile the same math as torch ops fuses into the consumers): out[n, c, ...] =
+  // act((input - mean[n, c]) * scale[n, c] + shift[n, c]) in the compute dtype (float64 for
+  // float64 input, else float32, which mean / scale / shift [N, C] are in), rounded to input's
+  // dtype, in input's memory format.
+  m.def(
+      "normalize_act(Tensor input, Tensor mean, Tensor scale, Tensor shift, str activation, "
+      "float negative_slope, str approximate) -> Tensor",
+      tags);
   // The BatchNorm chain conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm, as two
   // functional ops: the conv with its per-channel batch statistics (mean, biased variance), and
   // the rest given the statistics to normalise with; running buffers are updated outside.

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 namespace myops {
@@ -151,6 +152,45 @@ std::string str(c10::string_view v) { return std::string(v.data(), v.size()); }
 
 }  // namespace
 
+std::pair<Activation, GeluApprox> check_activation(const char* op, c10::string_view activation,
+                                                   double negative_slope, c10::string_view approximate) {
+  static const std::pair<const char*, Activation> kActivations[] = {
+      {"none", Activation::None}, {"gelu", Activation::Gelu}, {"silu", Activation::Silu},
+      {"relu", Activation::Relu}, {"leaky_relu", Activation::LeakyRelu}, {"tanh", Activation::Tanh},
+      {"sigmoid", Activation::Sigmoid}};
+  Activation act = Activation::None;
+  bool known = false;
+  for (const auto& [name, a] : kActivations)
+    if (activation == name) act = a, known = true;
+  MYOPS_CHECK_ARG(known, op, "activation",
+                  "must be one of 'none', 'gelu', 'silu', 'relu', 'leaky_relu', 'tanh', 'sigmoid', got '",
+                  str(activation), "'");
+  MYOPS_CHECK_ARG(std::isfinite(negative_slope), op, "negative_slope", "must be finite, got ",
+                  std::to_string(negative_slope));
+  return {act, check_gelu_approximate(op, approximate)};
+}
+
+NormalizeAct check_normalize_act(const char* op, const at::Tensor& input, const at::Tensor& mean,
+                                 const at::Tensor& scale, const at::Tensor& shift, c10::string_view activation,
+                                 double negative_slope, c10::string_view approximate) {
+  MYOPS_CHECK_ARG(input.dim() >= 2, op, "input", "must have at least 2 dimensions [N, C, *], got ", input.dim(),
+                  "-D");
+  check_floating(op, "input", input);
+  const auto compute = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const std::pair<const char*, const at::Tensor*> params[] = {{"mean", &mean}, {"scale", &scale}, {"shift", &shift}};
+  for (const auto& [name, t] : params) {
+    MYOPS_CHECK_ARG(t->device() == input.device(), op, name, "is on ", t->device(), " but 'input' is on ",
+                    input.device());
+    MYOPS_CHECK_ARG(t->scalar_type() == compute, op, name, "must have dtype ", compute, " (the compute dtype of ",
+                    input.scalar_type(), " input), got ", t->scalar_type());
+    MYOPS_CHECK_ARG(t->dim() == 2 && t->size(0) == input.size(0) && t->size(1) == input.size(1), op, name,
+                    "must have shape [N, C] = [", input.size(0), ", ", input.size(1), "], got ", t->sizes());
+  }
+  NormalizeAct r;
+  std::tie(r.act, r.approx) = check_activation(op, activation, negative_slope, approximate);
+  return r;
+}
+
 ConvActStats check_conv_transpose2d_act_stats(
     const char* op, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -158,19 +198,7 @@ ConvActStats check_conv_transpose2d_act_stats(
     c10::string_view approximate, c10::string_view stats, int64_t num_groups) {
   ConvActStats r;
   r.conv = check_conv_transpose2d(op, input, weight, bias, stride, padding, output_padding, groups, dilation);
-  static const std::pair<const char*, Activation> kActivations[] = {
-      {"none", Activation::None}, {"gelu", Activation::Gelu}, {"silu", Activation::Silu},
-      {"relu", Activation::Relu}, {"leaky_relu", Activation::LeakyRelu}, {"tanh", Activation::Tanh},
-      {"sigmoid", Activation::Sigmoid}};
-  bool known = false;
-  for (const auto& [name, act] : kActivations)
-    if (activation == name) r.act = act, known = true;
-  MYOPS_CHECK_ARG(known, op, "activation",
-                  "must be one of 'none', 'gelu', 'silu', 'relu', 'leaky_relu', 'tanh', 'sigmoid', got '",
-                  str(activation), "'");
-  MYOPS_CHECK_ARG(std::isfinite(negative_slope), op, "negative_slope", "must be finite, got ",
-                  std::to_string(negative_slope));
-  r.approx = check_gelu_approximate(op, approximate);
+  std::tie(r.act, r.approx) = check_activation(op, activation, negative_slope, approximate);
   if (stats == "none") {
     r.stats = NormStats::None;
   } else if (stats == "channel") {

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/conv_params.h"
 #include "common/gelu_math.h"
@@ -92,6 +93,20 @@ ConvGeluGroupNorm check_conv_transpose2d_gelu_group_norm(
 // All checks of conv_transpose2d_act_stats, shared by its CPU and CUDA kernels: the conv's, the
 // activation's name (F.<name>), a finite negative_slope, approximate as F.gelu's, the statistics'
 // kind ("none", "channel", "group") and, for "group", num_groups dividing the output channels.
+// The family's activation arguments (F.<activation>; negative_slope finite, approximate GELU's).
+std::pair<Activation, GeluApprox> check_activation(const char* op, c10::string_view activation,
+                                                   double negative_slope, c10::string_view approximate);
+
+// myops::normalize_act: input [N, C, *] floating; mean / scale / shift [N, C] in the compute dtype
+// (float64 for float64 input, else float32) on input's device.
+struct NormalizeAct {
+  Activation act;
+  GeluApprox approx;
+};
+NormalizeAct check_normalize_act(const char* op, const at::Tensor& input, const at::Tensor& mean,
+                                 const at::Tensor& scale, const at::Tensor& shift, c10::string_view activation,
+                                 double negative_slope, c10::string_view approximate);
+
 struct ConvActStats {
   ConvTranspose2dParams conv;
   Activation act;

@@ -424,3 +424,31 @@ def _act_stats_backward(ctx, g_out, g_mean, g_var):
 
 
 _register("myops::conv_transpose2d_act_stats", _act_stats_backward, setup_context=_act_stats_setup)
+
+
+# --- normalize_act ------------------------------------------------------------------------------
+# out = act(z), z = (x - mean) * scale + shift with [N, C] parameters: g_z through the activation,
+# then g_x = g_z scale and the parameters' gradients summed over each (sample, channel)'s values.
+def _normalize_act_setup(ctx, inputs, output):
+    input, mean, scale, shift, activation, negative_slope, approximate = inputs
+    ctx.save_for_backward(input, mean, scale, shift, output)
+    ctx.activation = (activation, negative_slope, approximate)
+
+
+def _normalize_act_backward(ctx, grad):
+    input, mean, scale, shift, out = ctx.saved_tensors
+    params = [input.shape[0], input.shape[1]] + [1] * (input.dim() - 2)
+    centred = input.to(mean.dtype) - mean.reshape(params)
+    z = centred * scale.reshape(params) + shift.reshape(params)
+    g_z = _activation_backward(grad.to(z.dtype), out.to(z.dtype), z, *ctx.activation)
+    needs = ctx.needs_input_grad
+    spatial = list(range(2, input.dim()))
+    g_scaled = g_z * scale.reshape(params)
+    gi = g_scaled.to(input.dtype) if needs[0] else None
+    g_mean = -g_scaled.sum(spatial) if needs[1] else None
+    g_scale = (g_z * centred).sum(spatial) if needs[2] else None
+    g_shift = g_z.sum(spatial) if needs[3] else None
+    return gi, g_mean, g_scale, g_shift, None, None, None
+
+
+_register("myops::normalize_act", _normalize_act_backward, setup_context=_normalize_act_setup)

@@ -107,3 +107,9 @@ def _conv_act_stats_fake(input, weight, bias, stride, padding, output_padding, g
         activation, negative_slope, approximate, stats, num_groups)
     mean = input.new_empty(stats_shape, dtype=_shapes.stats_dtype(input))
     return _empty_4d(shape, input), mean, torch.empty_like(mean)
+
+
+@torch.library.register_fake("myops::normalize_act")
+def _normalize_act_fake(input, mean, scale, shift, activation, negative_slope, approximate):
+    _shapes.check_normalize_act("normalize_act", input, mean, scale, shift, activation, negative_slope, approximate)
+    return input.new_empty(input.shape).contiguous(memory_format=_shapes.output_memory_format(input))

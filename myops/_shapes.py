@@ -166,15 +166,34 @@ ACTIVATIONS = ("none", "gelu", "silu", "relu", "leaky_relu", "tanh", "sigmoid")
 NORM_STATS = ("none", "channel", "group")
 
 
+def check_activation(op, activation, negative_slope, approximate):
+    """Mirror of check_activation in csrc/shapes.cpp."""
+    check(activation in ACTIVATIONS, op, "activation",
+          f"must be one of {', '.join(repr(a) for a in ACTIVATIONS)}, got '{activation}'")
+    check(math.isfinite(negative_slope), op, "negative_slope", f"must be finite, got {negative_slope}")
+    check(approximate in ("none", "tanh"), op, "approximate", f"must be 'none' or 'tanh', got '{approximate}'")
+
+
+def check_normalize_act(op, input, mean, scale, shift, activation, negative_slope, approximate):
+    """Mirror of check_normalize_act in csrc/shapes.cpp."""
+    check(input.dim() >= 2, op, "input", f"must have at least 2 dimensions [N, C, *], got {input.dim()}-D")
+    check_floating(op, "input", input)
+    compute = stats_dtype(input)
+    for name, t in (("mean", mean), ("scale", scale), ("shift", shift)):
+        check(t.device == input.device, op, name, f"is on {t.device} but 'input' is on {input.device}")
+        check(t.dtype == compute, op, name,
+              f"must have dtype {compute} (the compute dtype of {input.dtype} input), got {t.dtype}")
+        check(t.dim() == 2 and t.shape[0] == input.shape[0] and t.shape[1] == input.shape[1], op, name,
+              f"must have shape [N, C] = [{input.shape[0]}, {input.shape[1]}], got {list(t.shape)}")
+    check_activation(op, activation, negative_slope, approximate)
+
+
 def conv_act_stats_shape(op, input, weight, bias, stride, padding, output_padding, groups, dilation, activation,
                          negative_slope, approximate, stats, num_groups):
     """Mirror of check_conv_transpose2d_act_stats in csrc/shapes.cpp: the output's shape and the
     statistics' shape."""
     shape = conv_transpose2d_out_shape(op, input, weight, bias, stride, padding, output_padding, groups, dilation)
-    check(activation in ACTIVATIONS, op, "activation",
-          f"must be one of {', '.join(repr(a) for a in ACTIVATIONS)}, got '{activation}'")
-    check(math.isfinite(negative_slope), op, "negative_slope", f"must be finite, got {negative_slope}")
-    check(approximate in ("none", "tanh"), op, "approximate", f"must be 'none' or 'tanh', got '{approximate}'")
+    check_activation(op, activation, negative_slope, approximate)
     check(stats in NORM_STATS, op, "stats", f"must be 'none', 'channel' or 'group', got '{stats}'")
     if stats == "group":
         check_group_norm_channels(op, input, shape[1], num_groups, None, None, "", "")

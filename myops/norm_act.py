@@ -113,10 +113,19 @@ def conv_transpose2d_norm_act(
         num_batches_tracked.add_(1)
     if not batch_stats:
         mean, var = running_mean, running_var
-    post = None if act_first else activation_fn(activation, negative_slope, approximate)
     out_dtype = _autocast.group_norm_dtype(out) if norm == "group_norm" else out.dtype
-    y = normalize(out, mean, var, eps, norm_weight, norm_bias, post, out_dtype)
+    post = ("none", 0.01, "none") if act_first else (activation, negative_slope, approximate)
+    if _eager(out) and out_dtype == out.dtype:
+        y = normalize_one_pass(out, mean, var, eps, norm_weight, norm_bias, *post)
+    else:
+        y = normalize(out, mean, var, eps, norm_weight, norm_bias, activation_fn(*post), out_dtype)
     return (y, out) if return_conv else y
+
+
+def _eager(x: Tensor) -> bool:
+    """Whether x is a plain tensor of an eager call: not traced by torch.compile / export, where
+    the normalisation stays torch ops that Inductor fuses with their consumers."""
+    return type(x) is torch.Tensor and not torch.compiler.is_compiling()
 
 
 def _check_per_channel(input: Tensor, channels: int, **tensors: Optional[Tensor]) -> None:
@@ -179,6 +188,26 @@ def _update_running(norm: str, out: Tensor, running_mean: Tensor, running_var: T
         return
     update_running_stats(running_mean, running_var, mean, var, count, momentum,
                          num_batches_tracked if norm == "batch_norm" else None)
+
+
+def _per_sample_channel(stat: Tensor, x: Tensor) -> Tensor:
+    """A [C] or [N, G] statistic of x [N, C, *] as a contiguous [N, C] tensor."""
+    return per_channel(stat, x).expand([x.shape[0], x.shape[1]] + [1] * (x.dim() - 2)).reshape(
+        x.shape[0], x.shape[1]).contiguous()
+
+
+def normalize_one_pass(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Optional[Tensor],
+                       bias: Optional[Tensor], activation: str = "none", negative_slope: float = 0.01,
+                       approximate: str = "none") -> Tensor:
+    """:func:`normalize` with the activation ``activation`` as one read and one write of x (the op
+    myops::normalize_act), for eager calls."""
+    ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+    scale = _per_sample_channel((var.to(ct) + eps).rsqrt(), x)
+    if weight is not None:
+        scale = scale * weight.to(ct)
+    shift = bias.to(ct).expand(x.shape[0], -1).contiguous() if bias is not None else torch.zeros_like(scale)
+    return torch.ops.myops.normalize_act(x, _per_sample_channel(mean.to(ct), x), scale, shift, activation,
+                                         float(negative_slope), approximate)
 
 
 def normalize(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Optional[Tensor], bias: Optional[Tensor],

@@ -261,3 +261,91 @@ def test_autocast_follows_eager(norm, kw):
         ref = F.silu(ref)
     assert y.dtype == ref.dtype
     torch.testing.assert_close(y.float(), ref.float(), atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_normalize_act_op_matches_torch_ops(device, dtype):
+    # the eager one-pass normalise + activation: every activation, NCHW / channels-last / 3-D,
+    # planes and channel rows that are and are not whole 16-byte vectors, an unaligned view
+    torch.manual_seed(3)
+    ct = torch.float64 if dtype == torch.float64 else torch.float32
+    shapes = [((2, 8, 4, 4), False), ((3, 5, 3, 7), False), ((2, 8, 3, 5), True), ((2, 6, 5, 3), True),
+              ((3, 4, 9), False), ((2, 16, 1, 1), False)]
+    for activation in ("none", "gelu", "gelu_tanh", "silu", "relu", "leaky_relu", "tanh", "sigmoid"):
+        kw = _activation_kwargs(activation)
+        for shape, channels_last in shapes:
+            x = torch.randn(*shape, device=device).to(dtype)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            n, c = shape[0], shape[1]
+            mean, shift = torch.randn(n, c, device=device, dtype=ct), torch.randn(n, c, device=device, dtype=ct)
+            scale = torch.rand(n, c, device=device, dtype=ct) + 0.5
+            y = torch.ops.myops.normalize_act(x, mean, scale, shift, kw["activation"], kw.get("negative_slope", 0.01),
+                                              kw.get("approximate", "none"))
+            spatial = [1] * (x.dim() - 2)
+            z = (f64(x) - f64(mean).reshape(n, c, *spatial)) * f64(scale).reshape(n, c, *spatial)
+            ref = _torch_activation(kw)(z + f64(shift).reshape(n, c, *spatial))
+            assert y.dtype == dtype and y.is_contiguous(memory_format=torch.channels_last if channels_last
+                                                        else torch.contiguous_format)
+            assert_matches(y, ref, {torch.bfloat16: 1e-2, torch.float16: 2e-3}.get(dtype, 2e-6 if dtype == torch.float32
+                                                                                     else 1e-12))
+    # a view one element past an aligned start (no 16-byte vectors) and NaN, propagated as torch does
+    base = torch.randn(2 * 4 * 8 + 1, device=device).to(dtype)
+    x = base[1:].view(2, 4, 8)
+    x[0, 1, 3] = float("nan")
+    ones = torch.ones(2, 4, device=device, dtype=ct)
+    y = torch.ops.myops.normalize_act(x, ones * 0, ones, ones * 0, "relu", 0.01, "none")
+    assert torch.isnan(y[0, 1, 3]) and torch.equal(y.isnan(), x.isnan())
+    torch.testing.assert_close(y[~y.isnan()], torch.relu(x)[~y.isnan()])
+
+
+def test_normalize_act_bad_arguments():
+    x, p = torch.randn(2, 4, 3, 3), torch.ones(2, 4)
+    op = torch.ops.myops.normalize_act
+    with pytest.raises(RuntimeError, match="myops::normalize_act: argument 'scale' must have shape"):
+        op(x, p, torch.ones(4), p, "relu", 0.01, "none")
+    with pytest.raises(RuntimeError, match="myops::normalize_act: argument 'mean' must have dtype"):
+        op(x, p.double(), p, p, "relu", 0.01, "none")
+    with pytest.raises(RuntimeError, match="myops::normalize_act: argument 'activation'"):
+        op(x, p, p, p, "swish", 0.01, "none")
+    with pytest.raises(RuntimeError, match="myops::normalize_act: argument 'negative_slope'"):
+        op(x, p, p, p, "leaky_relu", float("inf"), "none")
+    with pytest.raises(RuntimeError, match="myops::normalize_act: argument 'input'"):
+        op(torch.randn(4), p, p, p, "relu", 0.01, "none")
+
+
+def test_eager_calls_take_one_pass_and_compiled_ones_torch_ops():
+    # eager: one normalize_act call after the conv; traced by torch.compile: the torch ops that
+    # Inductor fuses with the consumers (no normalize_act in the graph)
+    x, w = torch.randn(2, 4, 5, 5), torch.randn(4, 6, 4, 4)
+    gn_w, gn_b = torch.rand(6) + 0.5, torch.randn(6)
+
+    def chain(x):
+        return myops.conv_transpose2d_norm_act(x, w, None, 2, 1, norm="group_norm", num_groups=3, activation="silu",
+                                               norm_weight=gn_w, norm_bias=gn_b)
+
+    from torch.profiler import profile
+    with profile() as prof:
+        eager = chain(x)
+    names = [e.name for e in prof.events()]
+    assert "myops::normalize_act" in names
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(chain, backend=backend, fullgraph=True)(x)
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(eager, F.silu(F.group_norm(F.conv_transpose2d(x, w, None, 2, 1), 3, gn_w, gn_b)),
+                               atol=1e-5, rtol=1e-5)
+    assert graphs and all("normalize_act" not in str(g.graph) for g in graphs)
+
+
+def test_traced_tensors_are_not_eager():
+    # the compile pass's call runs under AOTAutograd's fake / functional tensors: torch ops there
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    assert myops.norm_act._eager(torch.randn(2))
+    with FakeTensorMode():
+        assert not myops.norm_act._eager(torch.randn(2))

@@ -151,6 +151,24 @@ def act_stats_samples(device):
     return out
 
 
+def normalize_act_samples(device):
+    # [N, C] parameters; NCHW, channels-last, 3-D, float64, bfloat16, an odd plane (no vectors)
+    out = []
+    for i, (shape, dtype, activation) in enumerate([((2, 4, 3, 4), torch.float32, "silu"),
+                                                     ((2, 6, 5, 3), torch.float32, "leaky_relu"),
+                                                     ((3, 4, 7), torch.float64, "gelu"),
+                                                     ((2, 8, 4, 4), torch.bfloat16, "relu"),
+                                                     ((1, 3, 3, 3), torch.float32, "none")]):
+        x = _t(*shape, device=device, dtype=dtype, grad=dtype != torch.bfloat16)
+        if i == 1:
+            x = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+        ct = torch.float64 if dtype == torch.float64 else torch.float32
+        mean, shift = (_t(shape[0], shape[1], device=device, dtype=ct, grad=i % 2 == 0) for _ in range(2))
+        scale = (torch.rand(shape[0], shape[1], device=device, dtype=ct) + 0.5).requires_grad_(i != 3)
+        out.append((x, mean, scale, shift, activation, 0.2, "tanh" if i == 2 else "none"))
+    return out
+
+
 # op name -> samples as (args, kwargs)
 SAMPLES = {
     "conv_transpose2d": lambda d: [(a, {}) for a in conv_samples(d)],
@@ -163,6 +181,7 @@ SAMPLES = {
     "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": lambda d: [(a, {}) for a in conv_bn_chain_samples(d)],
     "batch_norm_update_running_stats": lambda d: [(a, {}) for a in update_samples(d)],
     "conv_transpose2d_act_stats": lambda d: [(a, {}) for a in act_stats_samples(d)],
+    "normalize_act": lambda d: [(a, {}) for a in normalize_act_samples(d)],
 }
 
 
@@ -205,6 +224,8 @@ def test_schemas_are_the_designed_ones():
         "conv_transpose2d_act_stats": "myops::conv_transpose2d_act_stats(Tensor input, Tensor weight, Tensor? bias, "
         "SymInt[2] stride, SymInt[2] padding, SymInt[2] output_padding, SymInt groups, SymInt[2] dilation, "
         "str activation, float negative_slope, str approximate, str stats, int num_groups) -> (Tensor, Tensor, Tensor)",
+        "normalize_act": "myops::normalize_act(Tensor input, Tensor mean, Tensor scale, Tensor shift, "
+        "str activation, float negative_slope, str approximate) -> Tensor",
     }
     for name, schema in expected.items():
         assert str(getattr(torch.ops.myops, name).default._schema) == schema

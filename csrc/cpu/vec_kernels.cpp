@@ -49,5 +49,51 @@ CPU_MULTIVERSION void normalize_f32(const float* x, float* y, int64_t n, float m
   for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * scale + shift;
 }
 
+namespace {
+
+template <typename Act>
+VEC_ALWAYS_INLINE void normalize_act_loop(const float* x, float* y, int64_t n, const float* mean, const float* scale,
+                                          const float* shift, bool per_element, Act act) {
+  if (per_element) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = act((x[i] - mean[i]) * scale[i] + shift[i]);
+  } else {
+    const float m = *mean, s = *scale, b = *shift;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = act((x[i] - m) * s + b);
+  }
+}
+
+}  // namespace
+
+CPU_MULTIVERSION void normalize_act_f32(const float* x, float* y, int64_t n, const float* mean, const float* scale,
+                                        const float* shift, bool per_element, Activation act, float negative_slope,
+                                        GeluApprox approx) {
+  // (each case inlines its loop here, so that it is compiled for every target of the clones)
+  const float slope = negative_slope;
+  switch (act) {
+    case Activation::None:
+      return normalize_act_loop(x, y, n, mean, scale, shift, per_element, [](float v) { return v; });
+    case Activation::Gelu:
+      if (approx == GeluApprox::Tanh)
+        return normalize_act_loop(x, y, n, mean, scale, shift, per_element, [](float v) { return gelu_tanh_f32(v); });
+      return normalize_act_loop(x, y, n, mean, scale, shift, per_element, [](float v) { return gelu_erf_f32(v); });
+    case Activation::Relu:
+      return normalize_act_loop(x, y, n, mean, scale, shift, per_element,
+                                [](float v) { return v <= 0.0f ? 0.0f : v; });
+    case Activation::LeakyRelu:
+      return normalize_act_loop(x, y, n, mean, scale, shift, per_element,
+                                [slope](float v) { return v > 0.0f ? v : v * slope; });
+    case Activation::Silu:
+      return normalize_act_loop(x, y, n, mean, scale, shift, per_element,
+                                [](float v) { return v / (1.0f + exp_f32(-v)); });
+    case Activation::Tanh:
+      return normalize_act_loop(x, y, n, mean, scale, shift, per_element, [](float v) { return tanh_f32(v); });
+    case Activation::Sigmoid:
+      return normalize_act_loop(x, y, n, mean, scale, shift, per_element,
+                                [](float v) { return 1.0f / (1.0f + exp_f32(-v)); });
+  }
+}
+
 }  // namespace vec
 }  // namespace myops

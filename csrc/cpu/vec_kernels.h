@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/gelu_math.h"
+#include "common/norm_act.h"
 
 namespace myops {
 namespace vec {
@@ -16,6 +17,11 @@ void sum_sq_dev_f32(const float* x, int64_t n, double center, double& m2);
 void affine_tanh_f32(const float* x, float* y, int64_t n, float scale, float shift);
 // y = (x - mean) * scale + shift
 void normalize_f32(const float* x, float* y, int64_t n, float mean, float scale, float shift);
+// y = act((x - mean) * scale + shift) with one mean / scale / shift (per_element false) or one per
+// element; act as F.<act> (negative_slope: leaky_relu's, approx: gelu's)
+void normalize_act_f32(const float* x, float* y, int64_t n, const float* mean, const float* scale,
+                       const float* shift, bool per_element, Activation act, float negative_slope,
+                       GeluApprox approx);
 
 }  // namespace vec
 }  // namespace myops

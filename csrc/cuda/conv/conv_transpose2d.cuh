@@ -29,7 +29,7 @@ enum L2Hint : unsigned {
 
 // What the GEMM epilogue does after adding the bias.
 struct ConvEpilogue {
-  // F.<act> on bias + accumulator, before the store and the statistics (epilogue_activation.cuh)
+  // F.<act> on bias + accumulator, before the store and the statistics (cuda/common/activation.cuh)
   Activation act = Activation::None;
   GeluApprox approx = GeluApprox::None;  // Activation::Gelu's form
   float negative_slope = 0.01f;          // Activation::LeakyRelu's

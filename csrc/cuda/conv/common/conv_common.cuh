@@ -5,7 +5,7 @@
 // (bias, GELU, store, GroupNorm tile partials).
 #include "cuda/conv/conv_transpose2d.cuh"
 #include "cuda/common/dtype_traits.cuh"
-#include "cuda/conv/common/epilogue_activation.cuh"
+#include "cuda/common/activation.cuh"
 
 namespace myops {
 namespace cuda {

@@ -1,13 +1,14 @@
 #pragma once
-// The conv epilogue's activation (ConvEpilogue::act) on bias + accumulator, before the store and
-// the statistics: F.<name>'s formula in the accumulation type, NaN propagating as there. Outputs
-// rounded to 16 bits take the hardware's approximate exp2 / tanh (errors far below their
-// rounding); float32 outputs libm's, in calls of their own: inlined, their slow paths would
-// raise the register pressure of every epilogue (spills in the ping-pong wgmma kernel).
+// F.<activation> on device values (the conv epilogue's ConvEpilogue::act on bias + accumulator,
+// before the store and the statistics; the normalise + activation pass): F.<name>'s formula in
+// the accumulation type, NaN propagating as there. Outputs rounded to 16 bits take the hardware's
+// approximate exp2 / tanh (errors far below their rounding); float32 outputs libm's, in calls of
+// their own: inlined, their slow paths would raise the register pressure of every epilogue
+// (spills in the ping-pong wgmma kernel).
 #include <cmath>
 
+#include "common/norm_act.h"
 #include "cuda/common/gelu_fast.cuh"
-#include "cuda/conv/conv_transpose2d.cuh"
 
 namespace myops {
 namespace cuda {
@@ -31,10 +32,11 @@ __device__ inline float epilogue_tanh(float v) {
 template <typename Out>
 __device__ inline double epilogue_tanh(double v) { return tanh(v); }
 
-// Calls f(act) with act(v) the epilogue's activation on acc_t values stored as Out. One
-// instantiation of f per activation, so element loops test no mode.
-template <typename acc_t, typename Out, typename F>
-__device__ inline void with_activation(const ConvEpilogue& ep, F f) {
+// Calls f(act) with act(v) the activation that ep (a ConvEpilogue, or any struct with its act,
+// approx and negative_slope fields) names, on acc_t values stored as Out. One instantiation of f
+// per activation, so element loops test no mode.
+template <typename acc_t, typename Out, typename Spec, typename F>
+__device__ inline void with_activation(const Spec& ep, F f) {
   switch (ep.act) {
     case Activation::None: return f([](acc_t v) { return v; });
     case Activation::Gelu:

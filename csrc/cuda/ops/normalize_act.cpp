@@ -1,0 +1,42 @@
+// myops::normalize_act on CUDA: the family's normalise + activation pass in one kernel.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "cuda/norm/normalize_act.cuh"
+#include "cuda/ops/tensors.h"
+
+namespace myops {
+namespace host {
+namespace {
+
+at::Tensor normalize_act_cuda(const at::Tensor& input, const at::Tensor& mean, const at::Tensor& scale,
+                              const at::Tensor& shift, c10::string_view activation, double negative_slope,
+                              c10::string_view approximate) {
+  constexpr const char* kOp = "normalize_act";
+  const NormalizeAct a = check_normalize_act(kOp, input, mean, scale, shift, activation, negative_slope,
+                                             approximate);
+  const c10::cuda::CUDAGuard guard(input.device());
+  const bool channels_last = output_memory_format(input) == at::MemoryFormat::ChannelsLast;
+  const at::Tensor x = channels_last ? input : input.contiguous();
+  at::Tensor out = at::empty_like(x);
+  const at::Tensor m = mean.contiguous(), s = scale.contiguous(), b = shift.contiguous();
+  const auto [N, C, HW] = n_c_hw(x);
+  cuda::ActivationSpec spec;
+  spec.act = a.act;
+  spec.approx = a.approx;
+  spec.negative_slope = static_cast<float>(negative_slope);
+  check_launch(cuda::normalize_act(x.const_data_ptr(), out.data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW,
+                                   channels_last, m.const_data_ptr(), s.const_data_ptr(), b.const_data_ptr(), spec,
+                                   at::cuda::getCurrentCUDAStream()),
+               kOp);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(myops, CUDA, m) { m.impl("normalize_act", &normalize_act_cuda); }
+
+}  // namespace host
+}  // namespace myops
