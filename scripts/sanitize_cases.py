@@ -102,6 +102,14 @@ for dtype, tf32, source in ((torch.float32, True, "myops"), (torch.float32, Fals
             aref = F.gelu(ref) if activation == "gelu" else F.relu(ref) if activation == "relu" else ref
             sref = aref.mean((0, 2, 3)) if stats == "channel" else aref.reshape(n, groups_n, -1).mean(-1)
             worst = max(worst, ((mean.double() - sref.reshape(mean.shape)).abs().max() / ref.abs().max()).item())
+        # the family's eager normalise + activation pass over that output (vectors where they fit)
+        if not fused_only:
+            ct = torch.float64 if dtype == torch.float64 else torch.float32
+            p_nc = torch.randn(n, c_out, device=dev, dtype=ct)
+            y = torch.ops.myops.normalize_act(act, p_nc, p_nc.abs() + 0.5, p_nc, "silu", 0.01, "none")
+            yref = F.silu((act.double() - p_nc.double()[..., None, None]) * (p_nc.double().abs() + 0.5)[..., None, None]
+                          + p_nc.double()[..., None, None])
+            worst = max(worst, ((y.double() - yref).abs().max() / yref.abs().max().clamp_min(1)).item())
 # channels-last inputs (a 16-bit one is the Hopper kernel's NHWC input as it is; float32 gets a
 # rounding copy) and an NCHW one with an odd pixel count (the staging's generic transpose)
 for dtype, shape in ((torch.bfloat16, (2, 16, 17, 20)), (torch.float32, (2, 16, 17, 20)), (torch.bfloat16, (1, 16, 15, 13))):
