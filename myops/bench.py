@@ -3,7 +3,9 @@ the norm + activation family's chains: torch.compile with the myops rewrite).
 
 Each row times the three side by side in one process (CUDA events on a GPU, median of many runs
 after warm-up, the three timed in turn, one call each per round) and reports each one's error
-against a float64 reference.
+against a float64 reference, and on a GPU each one's peak memory. ``--train`` times a training
+step instead (forward and backward: the gradients of the input and of every parameter), the
+chains' myops row then being torch.compile with the rewrite against plain torch.compile.
 """
 import argparse
 import copy
@@ -34,23 +36,70 @@ def _reference(case, device):
         return module64(case.input.double())
 
 
-def run_workload(name, device, dtype, compile_inductor, reps):
-    case = workloads.build(name, device, dtype)
+def _peak_mib(fn, device):
+    """The memory fn allocates at its peak beyond what was allocated before it (CUDA), in MiB."""
+    if device != "cuda":
+        return None
+    gc.collect()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2 ** 20
+
+
+def _training_step(forward, module, x, grad_out):
+    """One training step of forward: the gradients of x and of every parameter of module, reset first."""
+    params = [p for p in module.parameters() if p.requires_grad]
+
+    def step():
+        for t in (x, *params):
+            t.grad = None
+        forward(x).backward(grad_out)
+    return step
+
+
+def _input_grad_error(case, grad_out):
+    """The myops row's input gradient against float64 eager PyTorch's (relative L2)."""
+    module64 = copy.deepcopy(case.module).double()
+    x64 = case.input.detach().double().requires_grad_()
+    module64(x64).backward(grad_out.double())
+    return x64.grad
+
+
+def run_workload(name, device, dtype, compile_inductor, reps, train=False):
+    case = workloads.build(name, device, dtype, train=train)
     ref = _reference(case, device)
-    results = {"workload": name, "device": device, "dtype": str(dtype).replace("torch.", "")}
-    fns = {"eager": lambda: case.module(case.input), "myops": lambda: case.myops_fn(case.input)}
+    results = {"workload": name, "device": device, "dtype": str(dtype).replace("torch.", ""), "train": train}
+    forwards = {"eager": case.module, "myops": case.myops_fn}
     if compile_inductor:
-        compiled = torch.compile(case.module)
-        fns["inductor"] = lambda: compiled(case.input)
+        forwards["inductor"] = torch.compile(case.module)
     with torch.no_grad():
-        for label, fn in fns.items():
-            out = fn()
+        for label, forward in forwards.items():
+            out = forward(case.input)
             results[f"{label}_max_err"], results[f"{label}_rel_l2"] = _errors(out, ref)
             del out
-        for label, ms in median_ms_each(fns, device, warmup=3, reps=reps).items():
-            results[f"{label}_ms"] = ms
+    if train:
+        x = case.input.detach().requires_grad_()
+        grad_out = torch.randn_like(ref, dtype=dtype)
+        fns = {label: _training_step(forward, case.module, x, grad_out) for label, forward in forwards.items()}
+        fns["myops"]()
+        grad_ref = _input_grad_error(case, grad_out)
+        results["myops_grad_rel_l2"] = _errors(x.grad, grad_ref)[1]
+        for label, fn in fns.items():
+            results[f"{label}_peak_mib"] = _peak_mib(fn, device)
+        times = median_ms_each(fns, device, warmup=3, reps=reps)
+    else:
+        fns = {label: (lambda forward=forward: forward(case.input)) for label, forward in forwards.items()}
+        with torch.no_grad():
+            for label, fn in fns.items():
+                results[f"{label}_peak_mib"] = _peak_mib(fn, device)
+            times = median_ms_each(fns, device, warmup=3, reps=reps)
+    for label, ms in times.items():
+        results[f"{label}_ms"] = ms
     results["flops"], results["bytes_min"] = case.flops, case.bytes_min
-    del case, ref, fns
+    del case, ref, fns, forwards
     gc.collect()
     torch._dynamo.reset()
     if device == "cuda":
@@ -64,6 +113,11 @@ def _table(rows):
     head = "| workload | dtype | " + " | ".join(f"{c} ms" for c in present)
     head += " | myops vs eager | myops vs inductor |" if "inductor" in present else " | myops vs eager |"
     head += " myops rel-L2 err | eager rel-L2 err |"
+    if rows[0].get("train"):
+        head += " myops input-grad rel-L2 err |"
+    peaks = rows[0].get("eager_peak_mib") is not None
+    if peaks:
+        head += "".join(f" {c} peak MiB |" for c in present)
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         cells = [r["workload"], r["dtype"]] + [f"{r[c + '_ms']:.3f}" for c in present]
@@ -71,6 +125,10 @@ def _table(rows):
         if "inductor" in present:
             cells.append(f"{r['inductor_ms'] / r['myops_ms']:.2f}x")
         cells += [f"{r['myops_rel_l2']:.2e}", f"{r['eager_rel_l2']:.2e}"]
+        if "myops_grad_rel_l2" in r:
+            cells.append(f"{r['myops_grad_rel_l2']:.2e}")
+        if peaks:
+            cells += [f"{r[c + '_peak_mib']:.0f}" for c in present]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -82,6 +140,8 @@ def main(argv=None):
     p.add_argument("--strict-fp32", action="store_true", help="TF32 off everywhere (cuDNN, cuBLAS, Inductor, myops)")
     p.add_argument("--workloads", default=",".join(workloads.WORKLOADS), help="comma-separated subset")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    p.add_argument("--train", action="store_true",
+                   help="time a training step (forward + backward: gradients of the input and every parameter)")
     p.add_argument("--reps", type=int, default=None, help="timed runs per cell (default 50 on CUDA, 10 on CPU)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--markdown", metavar="PATH",
@@ -100,7 +160,7 @@ def main(argv=None):
 
     rows = []
     for name in args.workloads.split(","):
-        r = run_workload(name, device, DTYPES[args.dtype], not args.no_compile, reps)
+        r = run_workload(name, device, DTYPES[args.dtype], not args.no_compile, reps, train=args.train)
         r["strict_fp32"] = args.strict_fp32
         rows.append(r)
         timing = ", ".join(f"{k[:-3]} {v:.3f} ms" for k, v in r.items() if k.endswith("_ms"))
@@ -125,7 +185,8 @@ def _environment(device: str) -> str:
 
 def _write_markdown(path: str, rows, device: str, argv, append: bool) -> None:
     command = "python -m myops.bench " + " ".join(sys.argv[1:] if argv is None else argv)
-    section = (f"## {rows[0]['dtype']}{' (strict float32)' if rows[0].get('strict_fp32') else ''}\n\n"
+    mode = ", training step" if rows[0].get("train") else ""
+    section = (f"## {rows[0]['dtype']}{' (strict float32)' if rows[0].get('strict_fp32') else ''}{mode}\n\n"
                f"{_environment(device)}. Command: `{command}`\n\n{_table(rows)}\n")
     header = ("# Performance\n\nGenerated by `python -m myops.bench --markdown docs/PERF.md` (medians of timed "
               "runs in one process, each workload's rows side by side; ms per call). Workloads: "

@@ -4,7 +4,7 @@ Full sizes on CUDA; on the CPU the same layers at a CPU-sized input (batch 2-4, 
 what the CPU bench mode and the demos run.
 """
 from dataclasses import dataclass
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import torch
 from torch import nn
@@ -69,17 +69,18 @@ class ConvTransposeNormAct(nn.Module):
         return self.act(self.norm(self.conv(x)))
 
 
-def compiled_with_myops(module: nn.Module, x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+def compiled_with_myops(module: nn.Module, x: torch.Tensor, train: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
     """module under torch.compile with the myops rewrite, compiled now (a function of its own, so
-    that Dynamo keeps it apart from a plain torch.compile of the module)."""
+    that Dynamo keeps it apart from a plain torch.compile of the module): for inference, or for a
+    training step (train: the input and the parameters require gradients)."""
     import myops.compile as mc
 
     def forward(inp):
         return module(inp)
 
-    with mc.enabled(devices=(x.device.type,)), torch.no_grad():
+    with mc.enabled(devices=(x.device.type,)), torch.set_grad_enabled(train):
         compiled = torch.compile(forward, fullgraph=True)
-        compiled(x)
+        compiled(x.detach().requires_grad_(train))
     return compiled
 
 
@@ -87,9 +88,12 @@ def compiled_with_myops(module: nn.Module, x: torch.Tensor) -> Callable[[torch.T
 class Case:
     module: nn.Module          # what eager PyTorch / Inductor run
     input: torch.Tensor
-    myops_fn: Callable[[torch.Tensor], torch.Tensor]  # the same computation through myops
+    myops_fn: Optional[Callable[[torch.Tensor], torch.Tensor]]  # the same computation through myops
     flops: float               # multiply-adds x 2 of the useful work
     bytes_min: float           # each input and parameter read once, the output written once
+    # a chain the compile pass rewrites: its training row (and, where myops_fn is None, its
+    # inference row) is torch.compile with the rewrite
+    chain: bool = False
 
 
 def _conv_flops(x, conv: nn.ConvTranspose2d):
@@ -103,7 +107,7 @@ def _l2_19(n, hw, device, dtype):
     out_numel = n * 64 * (hw + 2) ** 2
     fused = myops.nn.ConvTranspose2dGELUGroupNorm.from_modules(block.conv, block.act, block.norm)
     return Case(block, x, fused, _conv_flops(x, block.conv),
-                (x.numel() + out_numel) * x.element_size())
+                (x.numel() + out_numel) * x.element_size(), chain=True)
 
 
 def _l2_11(n, hw, device, dtype):
@@ -113,7 +117,7 @@ def _l2_11(n, hw, device, dtype):
     fused = myops.nn.ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm.from_modules(block.conv, block.bn, block.act,
                                                                               block.pool, block.norm)
     return Case(block, x, fused, _conv_flops(x, block.conv),
-                (x.numel() + out_numel) * x.element_size())
+                (x.numel() + out_numel) * x.element_size(), chain=True)
 
 
 def _conv(n, c_in, c_out, h, w, device, dtype, **kw):
@@ -145,8 +149,7 @@ def _norm_act(n, c_in, c_out, hw, norm, act, device, dtype, **conv_kwargs):
     x = torch.rand(n, c_in, hw, hw, device=device, dtype=dtype)
     with torch.no_grad():
         out_numel = conv(x[:1]).numel() * n
-    return Case(block, x, compiled_with_myops(block, x), _conv_flops(x, conv),
-                (x.numel() + out_numel) * x.element_size())
+    return Case(block, x, None, _conv_flops(x, conv), (x.numel() + out_numel) * x.element_size(), chain=True)
 
 
 def _dcgan(n, c, hw, d, t):  # DCGAN generator's middle layer: ConvT(k4 s2 p1, no bias) -> BN -> ReLU
@@ -190,6 +193,10 @@ WORKLOADS: Dict[str, tuple] = {
 COMPILED_WORKLOADS = ("dcgan_bn_relu", "pix2pix_bn", "cyclegan_in_relu", "decoder_gn_silu")
 
 
-def build(name: str, device: str, dtype: torch.dtype) -> Case:
+def build(name: str, device: str, dtype: torch.dtype, train: bool = False) -> Case:
+    """Workload `name`; train: its myops row set up for a training step."""
     full, cpu_sized = WORKLOADS[name]
-    return (full if device == "cuda" else cpu_sized)(device, dtype)
+    case = (full if device == "cuda" else cpu_sized)(device, dtype)
+    if case.chain and (train or case.myops_fn is None):
+        case.myops_fn = compiled_with_myops(case.module, case.input, train)
+    return case
