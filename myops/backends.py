@@ -43,6 +43,8 @@ OPTIONS = {
     "bn_tail_prefetch": (_BOOL, "the BatchNorm chain's persistent, prefetching tail kernel"),
     "early_launch": (_BOOL, "programmatic dependent launch (a kernel starting under the one before it)"),
     "gelu_vectors": (_COUNT, "16-byte vectors per thread in the GELU kernel: None (auto), 1, 2 or 4"),
+    "hopper": (_BOOL, "sm_90 features where the GPU and the build have them: thread block clusters, programmatic "
+                      "dependent launch, the Hopper engine (off: every kernel as on an sm_80 GPU)"),
 }
 
 CONV_ENGINES = ("direct", "few_channels", "mma", "wgmma")

@@ -13,6 +13,34 @@ HAS_CUDA = torch.cuda.is_available()
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU"))]
 
 
+def pytest_addoption(parser):
+    # e.g. --myops-option hopper=0: the whole suite as on a GPU without sm_90 features
+    parser.addoption("--myops-option", action="append", default=[], metavar="NAME=VALUE",
+                     help="a myops.backends option for every test (an int, or a name such as 'never')")
+
+
+# the --myops-option values of this run (pytest_configure)
+SESSION_OPTIONS = {}
+
+
+def pytest_configure(config):
+    SESSION_OPTIONS.update(_session_options(config))
+
+
+def _session_options(config):
+    options = {}
+    for item in config.getoption("--myops-option"):
+        name, _, value = item.partition("=")
+        kind = myops.backends.OPTIONS.get(name, ("",))[0]
+        if kind == "bool":
+            options[name] = value.lower() in ("1", "true", "on")
+        elif value.lstrip("-").isdigit():
+            options[name] = int(value)
+        else:
+            options[name] = None if value == "None" else value
+    return options
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
@@ -25,6 +53,6 @@ def _backend_options():
     # they run with our conv forced; test_conv_sources.py covers both sources and the choice.
     # Whatever a test sets through myops.backends is undone after it.
     saved = myops.backends.get_options()
-    myops.backends.set_options(conv_source="myops")
+    myops.backends.set_options(conv_source="myops", **SESSION_OPTIONS)
     yield
     myops.backends.set_options(**saved)

@@ -26,6 +26,7 @@ enum class Option : int {
   BnTailPrefetch,  // the BatchNorm tail's persistent, prefetching form
   EarlyLaunch,     // programmatic dependent launch (weight preparation, BatchNorm tail)
   GeluVectors,     // -1: auto; 1, 2 or 4 16-byte vectors per thread in the GELU kernel
+  Hopper,          // sm_90 features (clusters, programmatic dependent launch, the Hopper engine)
   kCount
 };
 

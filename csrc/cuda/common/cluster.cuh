@@ -7,6 +7,8 @@
 
 #include <atomic>
 
+#include "cuda/common/arch.cuh"
+
 namespace myops {
 namespace cuda {
 
@@ -60,9 +62,11 @@ inline cudaLaunchAttribute cluster_dimension(unsigned blocks) {
   return cluster;
 }
 
-// Whether the current device launches clusters (compute capability 9.0 or later), looked up once
-// per device (a driver query on every launch is host time the kernels wait for).
+// Whether the current device launches clusters (compute capability 9.0 or later) and this build's
+// kernels use them (hopper_features), looked up once per device (a driver query on every launch is
+// host time the kernels wait for).
 inline bool cluster_launch_supported() {
+  if (!hopper_features()) return false;
   constexpr int kDevices = 64;
   static std::atomic<int> known[kDevices];  // 0 unknown, 1 no, 2 yes
   int device = 0;

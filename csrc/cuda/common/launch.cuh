@@ -12,8 +12,9 @@
 #include <utility>
 
 #include "common/conv_params.h"
-#include "common/options.h"
 #include "common/gelu_math.h"
+#include "common/options.h"
+#include "cuda/common/arch.cuh"
 
 namespace myops {
 namespace cuda {
@@ -83,7 +84,8 @@ cudaError_t launch_with(void (*kernel)(Params...), dim3 grid, dim3 block, size_t
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start under the kernel ahead of it in
 // the stream (programmatic dependent launch, grid_dependency.cuh) where `early`, unless the stream
-// is capturing a CUDA graph (there the launch stays plain). The kernel must wait_for_prior_grid()
+// is capturing a CUDA graph (there the launch stays plain) and where the kernels lack sm_90 features
+// (hopper_features: their wait would compile to nothing). The kernel must wait_for_prior_grid()
 // before it reads what that kernel writes, and before it exits if a later plain launch relies on
 // it to stand for that kernel's completion too.
 template <typename... Params, typename... Args>
@@ -92,7 +94,8 @@ cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   cudaLaunchAttribute start_early{};
   start_early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   start_early.val.programmaticStreamSerializationAllowed = 1;
-  return launch_with(kernel, grid, block, smem, stream, early && !stream_capturing(stream) ? &start_early : nullptr,
+  const bool start_under = early && hopper_features() && !stream_capturing(stream);
+  return launch_with(kernel, grid, block, smem, stream, start_under ? &start_early : nullptr,
                      std::forward<Args>(args)...);
 }
 

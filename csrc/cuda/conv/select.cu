@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/options.h"
+#include "cuda/common/arch.cuh"
 #include "cuda/conv/conv_transpose2d.cuh"
 #include "cuda/conv/generic/generic.cuh"
 
@@ -16,7 +17,7 @@ namespace {
 
 // What myops.backends allows a plan, plus what the call's shape of epilogue allows.
 struct PlanOptions {
-  bool direct, few_channels, mma, wgmma, force_wgmma, tma, winograd;
+  bool direct, few_channels, mma, wgmma, force_wgmma, tma, winograd, hopper;
   ChannelsLastInput channels_last;
   WideTiles wide_tiles;
 };
@@ -30,6 +31,7 @@ PlanOptions plan_options(bool input_channels_last, bool plain_output) {
   o.force_wgmma = option(Option::ForceWgmma) != 0;
   o.tma = option(Option::Tma) != 0;
   o.winograd = option(Option::Winograd) != 0;
+  o.hopper = hopper_features();
   // A channels-last input is the Hopper engine's NHWC input as it is (16-bit) or after a rounding
   // copy (float32), which replaces the NCHW copy the other paths make of it.
   const int nhwc = option(Option::NhwcStaging);
@@ -76,7 +78,9 @@ ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
     return plan;
   }
   reject(rejected, "few_channels", skip != nullptr ? skip : why);
-  skip = !o.mma || !o.wgmma ? disabled : nullptr;
+  skip = !o.mma || !o.wgmma ? disabled
+         : !o.hopper        ? "no sm_90 features (the GPU, a build without sm_90a, or the option hopper off)"
+                            : nullptr;
   if (skip == nullptr && (plan.wg = conv_wgmma_tiling(p, dtype, fp32_math, device_sm, o.force_wgmma, o.tma,
                                                       o.channels_last, o.wide_tiles, &why)).q > 0) {
     plan.engine = ConvEngine::Wgmma;
@@ -96,21 +100,6 @@ ConvPlan make_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
   plan.tiles_per_sample = conv_generic_tiles_per_sample(p);
   plan.prepared_numel = conv_generic_prepared_weight_numel(p);
   return plan;
-}
-
-// Compute capability (major * 10 + minor) of the current device, looked up once per device.
-int current_device_sm() {
-  static std::mutex mutex;
-  static std::map<int, int> sm;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto it = sm.find(device);
-  if (it != sm.end()) return it->second;
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return sm[device] = 10 * major + minor;
 }
 
 const char* engine_name(ConvEngine e) {
@@ -136,7 +125,7 @@ ConvPlan conv_plan(const ConvTranspose2dParams& p, DType dtype, Fp32Math fp32_ma
   const Key key{p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH, p.opW,
                 p.dH, p.dW, static_cast<int64_t>(dtype) * 2 + static_cast<int64_t>(fp32_math),
                 o.mma + 2 * o.wgmma + 4 * o.force_wgmma + 8 * o.direct + 16 * o.tma + 32 * o.few_channels +
-                    64 * o.winograd,
+                    64 * o.winograd + 128 * o.hopper,
                 static_cast<int64_t>(o.channels_last), static_cast<int64_t>(o.wide_tiles), device_sm};
   static std::mutex mutex;
   static std::map<Key, ConvPlan> cache;
