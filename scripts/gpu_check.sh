@@ -6,6 +6,7 @@
 # instrumenting cuDNN's kernels too took minutes, and its float32 channels-last conv stops the
 # sanitizer with an internal error.
 # Logs go to $OUT (default /tmp/myops_gpu). Usage: bash scripts/gpu_check.sh [bench args...]
+# PYTEST_WORKERS / PYTEST_ARGS: see the pytest step.
 # GPU_CHECK_ONLY="step ..." runs only the named steps (e.g. "build pytest", then "memcheck racecheck
 # repeat_l2_19 bench" on the same machine: the steps add up to well over 10 minutes on an H100,
 # more than some lent machines allow one command); unset, every step.
@@ -29,7 +30,11 @@ fi
 nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 # the sm_80 and Hopper targets (the default list adds sm_86 / 89 / 100 / 120 and PTX: minutes more)
 step build env TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-8.0;9.0a}" python3 setup.py build_ext --inplace
-step pytest python3 -m pytest tests -q -p no:cacheprovider
+# PYTEST_WORKERS=n: the suite in n processes sharing the GPU (pytest-xdist, carried in .whl/);
+# PYTEST_ARGS: more pytest arguments (e.g. --myops-option hopper=0)
+workers=()
+if [ -n "${PYTEST_WORKERS:-}" ] && python3 -c "import xdist" 2>/dev/null; then workers=(-n "$PYTEST_WORKERS"); fi
+step pytest python3 -m pytest tests -q -p no:cacheprovider "${workers[@]}" ${PYTEST_ARGS:-}
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step racecheck compute-sanitizer --tool racecheck --kernel-name kns=myops --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only --ours-only
 # the Hopper kernel on every case it can run, and the mma.sync kernel alone
