@@ -110,11 +110,19 @@ def _meta(node) -> Optional[torch.Tensor]:
 tensor_meta = _meta  # a tensor node's example value (a fake tensor), else None
 
 
+def _is_int(v) -> bool:
+    """An int, or a graph value that is one (a SymInt node: Dynamo makes a module's int attribute
+    dynamic where one frame ran for blocks that differ in it, e.g. blocks compiled one by one)."""
+    if isinstance(v, fx.Node):
+        return isinstance(v.meta.get("example_value", v.meta.get("val")), (int, torch.SymInt))
+    return isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool)
+
+
 def _ints(v, n: int) -> Optional[List[Any]]:
     """v as a list of n ints: an int repeated, or a sequence of n (or 1) ints; else None."""
-    if isinstance(v, (int, torch.SymInt)):
+    if _is_int(v):
         return [v] * n
-    if isinstance(v, (list, tuple)) and len(v) in (1, n) and all(isinstance(e, (int, torch.SymInt)) for e in v):
+    if isinstance(v, (list, tuple)) and len(v) in (1, n) and all(_is_int(e) for e in v):
         return list(v) * (n // len(v))
     return None
 

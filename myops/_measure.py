@@ -29,6 +29,13 @@ def chain_times(candidate: Candidate, tensors, device: str) -> Tuple[float, floa
 decisions: Dict[tuple, bool] = {}
 
 
+def _has_graph_values(v) -> bool:
+    """Whether a (nested) scalar argument holds a graph value (a dynamic int)."""
+    if isinstance(v, torch.fx.Node):
+        return True
+    return isinstance(v, (tuple, list)) and any(_has_graph_values(e) for e in v)
+
+
 def faster_than_eager(candidate: Candidate) -> bool:
     """Whether the fused op beats the chain in eager PyTorch on the graph's
     shapes. Chains that cannot be measured (dynamic shapes, devices other than CPU / CUDA, a
@@ -37,7 +44,8 @@ def faster_than_eager(candidate: Candidate) -> bool:
     present = [m for m in metas if m is not None]
     if len(present) != sum(n is not None for n in candidate.tensors):
         return True
-    static = all(isinstance(v, int) for m in present for v in (*m.shape, *m.stride()))
+    static = (all(isinstance(v, int) for m in present for v in (*m.shape, *m.stride()))
+              and not _has_graph_values(candidate.scalars))
     device = present[0].device.type
     if not static or device not in ("cpu", "cuda"):
         log.info("myops.compile: %s not measured (%s)", candidate.pattern,

@@ -40,7 +40,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from . import _autocast, _chains, _fx_match, _measure, norm_act, ops
+from . import _autocast, _chains, _distributed, _fx_match, _measure, norm_act, ops
 
 log = logging.getLogger("myops.compile")
 
@@ -117,6 +117,11 @@ class MyopsFusionPass(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph) -> None:
         if self.chained is not None:
             self.chained(graph)
+        self.rewrite(graph)
+
+    def rewrite(self, graph: torch.fx.Graph) -> None:
+        """The rewrite alone (without a chained pass): also run on a DDP model's whole graph
+        before Dynamo splits it at bucket boundaries (_distributed)."""
         counts = _rewrite(graph, standalone_conv=self.conv_transpose2d, split_normalize=True, devices=self.devices,
                           accept=_measure.faster_than_eager if self.measure else None)
         if any(counts.values()):
@@ -165,14 +170,22 @@ def enable(*, conv_transpose2d: _fx_match.StandaloneConv = "auto", devices: Devi
         previous, timing = current, getattr(inductor_config, _TIMING, None)
     inductor_config.pre_grad_custom_pass = MyopsFusionPass(conv_transpose2d, types, chained=previous, measure=measure,
                                                            chained_timing=timing)
+    _distributed.install(_rewrite_with_enabled_pass)
     if timing is not None:
         # the pass must see every graph, including those the AOTAutograd cache serves, for stats()
         setattr(inductor_config, _TIMING, "early")
 
 
+def _rewrite_with_enabled_pass(graph: torch.fx.Graph) -> None:
+    current = inductor_config.pre_grad_custom_pass
+    if isinstance(current, MyopsFusionPass):
+        current.rewrite(graph)
+
+
 def disable() -> None:
     """Removes the rewrite (restoring a pre-grad pass that was set before enable(), and Inductor's
     pre-grad timing)."""
+    _distributed.uninstall()
     current = inductor_config.pre_grad_custom_pass
     if isinstance(current, MyopsFusionPass):
         inductor_config.pre_grad_custom_pass = current.chained
