@@ -63,7 +63,13 @@ def gencode_flags(archs: list) -> list:
 
 class BuildExtension(cpp_extension.BuildExtension):
     """torch's build_ext (ninja), also writing myops/_build_info.py beside the extension (in the
-    tree and in the wheel's build directory)."""
+    tree and in the wheel's build directory). Its objects always go to build/temp in the tree, so
+    that an editable install and a later `pip wheel` share them (pip's editable build would
+    otherwise compile in a directory of its own, and the wheel compile everything again)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.build_temp = os.path.join(ROOT, "build", "temp")
 
     def run(self):
         archs = getattr(self.extensions[0], "cuda_archs", [])
