@@ -45,6 +45,8 @@ OPTIONS = {
     "gelu_vectors": (_COUNT, "16-byte vectors per thread in the GELU kernel: None (auto), 1, 2 or 4"),
     "hopper": (_BOOL, "sm_90 features where the GPU and the build have them: thread block clusters, programmatic "
                       "dependent launch, the Hopper engine (off: every kernel as on an sm_80 GPU)"),
+    "cpu_reference": (_BOOL, "the CPU ops' conv by myops' GEMM + col2im reference (a test oracle) instead of "
+                             "ATen's (oneDNN)"),
 }
 
 CONV_ENGINES = ("direct", "few_channels", "mma", "wgmma")

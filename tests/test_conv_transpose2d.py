@@ -93,6 +93,13 @@ def test_phases_without_taps_get_only_bias():
     torch.testing.assert_close(out[:, :, 1::3, :], b.view(1, 3, 1, 1).expand(1, 3, 4, 12))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_cpu_reference_kernel_random_configs(dtype):
+    # the CPU ops' conv is ATen's; our GEMM + col2im kernel stays as an oracle (option cpu_reference)
+    with myops.backends.options(cpu_reference=True):
+        check_random_configs(random.Random(99), 60, random_conv_config, dtype, "cpu")
+
+
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):

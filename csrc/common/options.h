@@ -27,6 +27,7 @@ enum class Option : int {
   EarlyLaunch,     // programmatic dependent launch (weight preparation, BatchNorm tail)
   GeluVectors,     // -1: auto; 1, 2 or 4 16-byte vectors per thread in the GELU kernel
   Hopper,          // sm_90 features (clusters, programmatic dependent launch, the Hopper engine)
+  CpuReference,    // the CPU conv by our GEMM + col2im reference instead of ATen's (oneDNN)
   kCount
 };
 

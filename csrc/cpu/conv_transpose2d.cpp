@@ -1,10 +1,13 @@
-// conv_transpose2d on the CPU: per (sample, group) one GEMM  cols = W_g^T · X_g  (K = C_in / groups)
-// followed by a col2im scatter-add of cols[C_out_g * kH * kW, H * W] into the output planes.
+// conv_transpose2d on the CPU: ATen's transposed convolution (oneDNN) in the compute dtype, or
+// (option cpu_reference: the test oracle) per (sample, group) one GEMM  cols = W_g^T · X_g
+// (K = C_in / groups) followed by a col2im scatter-add of cols[C_out_g * kH * kW, H * W] into the
+// output planes.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
 
+#include "common/options.h"
 #include "cpu/cpu_kernels.h"
 #include "shapes.h"
 
@@ -34,11 +37,8 @@ void col2im_add_channel(const T* cols, int64_t c, T* out_plane, const ConvTransp
   }
 }
 
-}  // namespace
-
-at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& weight,
-                                    const std::optional<at::Tensor>& bias,
-                                    const ConvTranspose2dParams& p) {
+at::Tensor conv_transpose2d_reference(const at::Tensor& input, const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p) {
   const auto ct = compute_dtype(input.scalar_type());
   const at::Tensor x = input.to(ct).contiguous();
   const at::Tensor w = weight.to(ct).contiguous();
@@ -70,6 +70,19 @@ at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& w
     }
   });
   return out;
+}
+
+}  // namespace
+
+at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias,
+                                    const ConvTranspose2dParams& p) {
+  if (option(Option::CpuReference) != 0 || p.N == 0) return conv_transpose2d_reference(input, weight, bias, p);
+  const auto ct = compute_dtype(input.scalar_type());
+  const at::Tensor b = bias.has_value() ? bias->to(ct) : at::Tensor();
+  return at::conv_transpose2d(input.to(ct), weight.to(ct), b, {p.sH, p.sW}, {p.pH, p.pW}, {p.opH, p.opW}, p.groups,
+                              {p.dH, p.dW})
+      .contiguous();
 }
 
 namespace {
