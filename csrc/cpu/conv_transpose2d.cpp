@@ -80,8 +80,9 @@ at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& w
   if (option(Option::CpuReference) != 0 || p.N == 0) return conv_transpose2d_reference(input, weight, bias, p);
   const auto ct = compute_dtype(input.scalar_type());
   const at::Tensor b = bias.has_value() ? bias->to(ct) : at::Tensor();
-  return at::conv_transpose2d(input.to(ct), weight.to(ct), b, {p.sH, p.sW}, {p.pH, p.pW}, {p.opH, p.opW}, p.groups,
-                              {p.dH, p.dW})
+  // NCHW whatever the input's layout: the same bits for both (oneDNN's NHWC path sums in another order)
+  return at::conv_transpose2d(input.to(ct).contiguous(), weight.to(ct).contiguous(), b, {p.sH, p.sW}, {p.pH, p.pW},
+                              {p.opH, p.opW}, p.groups, {p.dH, p.dW})
       .contiguous();
 }
 
