@@ -148,6 +148,7 @@ def main(argv=None):
                    help="also write the table as a Markdown page (docs/PERF.md) with the device, versions, "
                         "date and command; several runs may append to one page with --append")
     p.add_argument("--append", action="store_true", help="with --markdown: add this run's section to the page")
+    p.add_argument("--plot", metavar="PATH", help="also draw ms per workload and backend as an image (needs matplotlib)")
     args = p.parse_args(argv)
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -172,7 +173,36 @@ def main(argv=None):
             json.dump(rows, f, indent=1)
     if args.markdown:
         _write_markdown(args.markdown, rows, device, argv, args.append)
+    if args.plot:
+        _plot(args.plot, rows, device)
     return rows
+
+
+def _plot(path: str, rows, device: str) -> bool:
+    """Grouped bars of ms per workload and backend (log scale); False, with a message, where
+    matplotlib is missing (an optional dependency: the table is printed either way)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("myops.bench: --plot needs matplotlib (pip install matplotlib); no plot written", file=sys.stderr)
+        return False
+    labels = [c for c in ("eager", "inductor", "myops") if f"{c}_ms" in rows[0]]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows)), 4))
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        ax.bar([k + i * width for k in range(len(rows))], [r[f"{label}_ms"] for r in rows], width, label=label)
+    ax.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(rows))])
+    ax.set_xticklabels([r["workload"] for r in rows], rotation=30, ha="right")
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per " + ("training step" if rows[0].get("train") else "call"))
+    ax.set_title(f"{rows[0]['dtype']} on {_environment(device)}", fontsize=8)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 def _environment(device: str) -> str:

@@ -1,6 +1,8 @@
 """The bench CLI (CPU mode, as CI runs it) and its timing helper."""
 import json
 
+import pytest
+
 from myops import bench
 from myops._timing import median_ms_each
 
@@ -31,3 +33,18 @@ def test_bench_cli_cpu_training_rows():
         assert r["train"] and r["eager_ms"] > 0 and r["myops_ms"] > 0
         assert r["myops_grad_rel_l2"] < 1e-6  # the input's gradient against float64 eager PyTorch's
         assert r["myops_peak_mib"] is None  # peak memory: CUDA only
+
+
+def test_plot_without_matplotlib_says_so(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # an import of it fails
+    rows = bench.main(["--device", "cpu", "--workloads", "gelu", "--no-compile", "--reps", "1",
+                       "--plot", str(tmp_path / "bench.png")])
+    assert rows and not (tmp_path / "bench.png").exists()
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_plot_with_matplotlib(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "bench.png"
+    bench.main(["--device", "cpu", "--workloads", "gelu", "--no-compile", "--reps", "1", "--plot", str(path)])
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
