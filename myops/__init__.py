@@ -12,7 +12,7 @@ check_build()  # before loading the extension: a mismatched torch fails there wi
 from . import _C  # noqa: F401,E402  (static TORCH_LIBRARY registrations)
 from . import _fake, _autograd  # noqa: F401  (register_fake / register_autograd side effects)
 from . import backends, nn  # noqa: F401  (runtime options: myops.backends; drop-in modules: myops.nn)
-from .norm_act import conv_transpose2d_act_stats, conv_transpose2d_norm_act
+from .norm_act import conv_transpose1d_norm_act, conv_transpose2d_act_stats, conv_transpose2d_norm_act
 from .ops import (conv_transpose1d, conv_transpose2d, explain, conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm,
                   conv_transpose2d_gelu_group_norm, conv_transpose2d_gelu_group_stats, gelu, group_norm,
                   group_norm_with_stats)
@@ -20,4 +20,4 @@ from .ops import (conv_transpose1d, conv_transpose2d, explain, conv_transpose2d_
 __all__ = ["conv_transpose1d", "conv_transpose2d", "explain", "gelu", "group_norm", "conv_transpose2d_gelu_group_norm",
            "conv_transpose2d_gelu_group_stats", "group_norm_with_stats",
            "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm", "conv_transpose2d_norm_act",
-           "conv_transpose2d_act_stats"]
+           "conv_transpose2d_act_stats", "conv_transpose1d_norm_act"]

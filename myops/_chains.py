@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from . import _fx_match as fm
-from .norm_act import activation_fn, conv_transpose2d_norm_act
+from .norm_act import activation_fn, conv_transpose1d_norm_act, conv_transpose2d_norm_act
 
 aten = torch.ops.aten
 log = logging.getLogger("myops.compile")
@@ -146,8 +146,13 @@ class Chain:
         return steps if self.order == "norm_act" else steps[::-1]
 
     @property
+    def dims(self) -> int:
+        """2, or 1 for a ConvTranspose1d chain (run as a one-row image)."""
+        return 2 if fm._bind(self.conv_node, fm._CONV_SIGNATURES) is not None else 1
+
+    @property
     def kind(self) -> str:
-        return "_".join(["conv_transpose2d"] + [s.name for s in self.steps])
+        return "_".join([f"conv_transpose{self.dims}d"] + [s.name for s in self.steps])
 
     @property
     def end(self) -> fx.Node:
@@ -155,7 +160,8 @@ class Chain:
 
 
 def _is_conv(node: Any) -> bool:
-    return isinstance(node, fx.Node) and fm._bind(node, fm._CONV_SIGNATURES) is not None
+    return isinstance(node, fx.Node) and (fm._bind(node, fm._CONV_SIGNATURES) is not None
+                                          or fm._bind(node, fm._CONV1D_SIGNATURES) is not None)
 
 
 def find_chains(graph: fx.Graph) -> List[Chain]:
@@ -237,12 +243,12 @@ def _candidate(chain: Chain, conv: List[Any], kwargs: Dict[str, Any]) -> fm.Cand
     scalars = {k: v for k, v in kwargs.items() if k not in names}
 
     def fused(x, w, b, *rest):
-        return conv_transpose2d_norm_act(x, w, b, *conv_scalars, **scalars, **dict(zip(names, rest)))
+        return _api(chain)(x, w, b, *conv_scalars, **scalars, **dict(zip(names, rest)))
 
     def reference(x, w, b, nw, nb, rm, rv):
         act = activation_fn(scalars.get("activation", "none"), scalars.get("negative_slope", 0.01),
                             scalars.get("approximate", "none"))
-        y = F.conv_transpose2d(x, w, b, *conv_scalars)
+        y = (F.conv_transpose2d if chain.dims == 2 else F.conv_transpose1d)(x, w, b, *conv_scalars)
         y = act(y) if chain.order == "act_norm" else y
         if chain.norm is not None and chain.norm.name == "group_norm":
             y = F.group_norm(y, scalars["num_groups"], nw, nb, scalars["eps"])
@@ -269,7 +275,7 @@ def rewrite_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], found: D
         if kind in SEED_KINDS or chain.end not in graph.nodes or chain.conv_node not in graph.nodes:
             continue
         found[kind] = found.get(kind, 0) + 1
-        conv = fm._chain_conv_args(chain.conv_node, devices, kind)
+        conv = fm._chain_conv_args(chain.conv_node, devices, kind, chain.dims)
         reason = why_not(chain, conv, standalone_conv)
         if reason is None:
             at, reason = _call_site(graph, chain)
@@ -283,6 +289,10 @@ def rewrite_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], found: D
         rewritten[kind] = rewritten.get(kind, 0) + 1
 
 
+def _api(chain: Chain):
+    return conv_transpose2d_norm_act if chain.dims == 2 else conv_transpose1d_norm_act
+
+
 def _rewrite(graph: fx.Graph, chain: Chain, conv: List[Any], kwargs: Dict[str, Any], at: fx.Node) -> None:
     """One conv_transpose2d_norm_act call, before node `at` (_call_site), in place of the chain;
     where the conv output has other users (a residual), the call also returns it (return_conv) and
@@ -290,7 +300,7 @@ def _rewrite(graph: fx.Graph, chain: Chain, conv: List[Any], kwargs: Dict[str, A
     others = [u for u in chain.conv_node.users if u is not chain.steps[0].node]
     end = chain.end
     with graph.inserting_before(at):
-        call = graph.call_function(conv_transpose2d_norm_act, tuple(conv), {**kwargs, "return_conv": bool(others)})
+        call = graph.call_function(_api(chain), tuple(conv), {**kwargs, "return_conv": bool(others)})
         out = graph.call_function(operator.getitem, (call, 0)) if others else call
         if others:
             conv_out = graph.call_function(operator.getitem, (call, 1))

@@ -225,12 +225,14 @@ def _batch_norm_candidate(conv, kwargs) -> Candidate:
 _DEVICES_WARNED: set = set()
 
 
-def _chain_conv_args(conv_node: fx.Node, devices: Optional[Tuple[str, ...]], chain: str) -> Optional[List[Any]]:
-    """_conv_args for the conv that starts a matched chain; where the chain is left alone only for
-    its device, says so once per device type (the default rewrites CUDA chains only)."""
-    conv = _conv_args(conv_node, devices)
-    if conv is None and devices is not None and _conv_args(conv_node, None) is not None:
-        device = _meta(_bind(conv_node, _CONV_SIGNATURES)["input"]).device.type
+def _chain_conv_args(conv_node: fx.Node, devices: Optional[Tuple[str, ...]], chain: str,
+                     dims: int = 2) -> Optional[List[Any]]:
+    """_conv_args for the (dims-D) conv that starts a matched chain; where the chain is left alone
+    only for its device, says so once per device type (the default rewrites CUDA chains only)."""
+    conv = _conv_args(conv_node, devices, dims)
+    if conv is None and devices is not None and _conv_args(conv_node, None, dims) is not None:
+        signatures = _CONV_SIGNATURES if dims == 2 else _CONV1D_SIGNATURES
+        device = _meta(_bind(conv_node, signatures)["input"]).device.type
         if device not in _DEVICES_WARNED:
             _DEVICES_WARNED.add(device)
             warnings.warn(f"myops.compile: a {chain} chain on {device} tensors was left alone: the pass rewrites "

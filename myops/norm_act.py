@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _autocast, _shapes
-from .ops import IntOrPair, _conv_args, _conv_output_hw, per_channel, update_running_stats
+from .ops import IntOrPair, _conv_args, _conv_output_hw, _single, per_channel, update_running_stats
 
 _ACT_STATS = torch.ops.myops.conv_transpose2d_act_stats.default
 
@@ -126,6 +126,27 @@ def _eager(x: Tensor) -> bool:
     """Whether x is a plain tensor of an eager call: not traced by torch.compile / export, where
     the normalisation stays torch ops that Inductor fuses with their consumers."""
     return type(x) is torch.Tensor and not torch.compiler.is_compiling()
+
+
+def conv_transpose1d_norm_act(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0,
+                              output_padding=0, groups: int = 1, dilation=1, **kwargs) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """:func:`conv_transpose2d_norm_act` after a 1-D transposed convolution (``input [N, C_in, L]``,
+    ``weight [C_in, C_out / groups, k]``, the conv arguments ints or 1-tuples as in
+    ``F.conv_transpose1d``): the same keyword arguments, the normalisations as their 1-D forms
+    (``BatchNorm1d``, ``InstanceNorm1d``, ``GroupNorm``); run as a one-row image."""
+    op = "conv_transpose1d_norm_act"
+    if input.dim() != 3 or weight.dim() != 3:
+        _fail1d("input", f"and 'weight' must be 3-D ([N, C_in, L], [C_in, C_out / groups, k]), got "
+                f"{input.dim()}-D and {weight.dim()}-D")
+    s, p, op_, d = (_single(v, op, name)[0] for v, name in ((stride, "stride"), (padding, "padding"),
+                                                         (output_padding, "output_padding"), (dilation, "dilation")))
+    out = conv_transpose2d_norm_act(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (0, op_), groups,
+                                    (1, d), **kwargs)
+    return tuple(t.squeeze(2) for t in out) if isinstance(out, tuple) else out.squeeze(2)
+
+
+def _fail1d(arg: str, msg: str):
+    raise ValueError(f"myops.conv_transpose1d_norm_act: argument '{arg}' {msg}")
 
 
 def _check_per_channel(input: Tensor, channels: int, **tensors: Optional[Tensor]) -> None:

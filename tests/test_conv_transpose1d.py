@@ -74,8 +74,67 @@ def test_vocoder_upsampler_compiles_with_weight_norm():
         mc.disable()
     ref = model(x)
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
-    assert mc.stats()["conv_transpose1d"] == 2
+    # the first conv with the next block's LeakyReLU in its epilogue, the last one alone
+    assert mc.stats()["conv_transpose1d_leaky_relu"] == 1 and mc.stats()["conv_transpose1d"] == 1
     grads = torch.autograd.grad(out.sum(), [x, *model.parameters()])
     ref_grads = torch.autograd.grad(ref.sum(), [x, *model.parameters()])
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+
+
+class _Upsampler1d(torch.nn.Module):
+    """1-D decoder blocks as audio / sequence models write them."""
+
+    def __init__(self):
+        super().__init__()
+        self.up1 = torch.nn.ConvTranspose1d(8, 16, 4, 2, 1, bias=False)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.up2 = torch.nn.ConvTranspose1d(16, 12, 5, 3, 2, 1)
+        self.gn = torch.nn.GroupNorm(3, 12)
+        self.up3 = torch.nn.ConvTranspose1d(12, 6, 3, 1, 1)
+        self.inorm = torch.nn.InstanceNorm1d(6, affine=True)
+
+    def forward(self, x):
+        x = torch.nn.functional.leaky_relu(self.bn(self.up1(x)), 0.2)
+        x = torch.nn.functional.silu(self.gn(self.up2(x)))
+        return torch.relu(self.inorm(self.up3(x)))
+
+
+def test_family_chains_in_1d_compile_with_outputs_gradients_and_buffers():
+    mc.disable()
+    mc.reset_stats()
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, ref_model = _Upsampler1d(), _Upsampler1d()
+    ref_model.load_state_dict(model.state_dict())
+    x = torch.randn(3, 8, 7, requires_grad=True)
+    try:
+        mc.enable(devices=None)
+        out = torch.compile(model, fullgraph=True)(x)
+    finally:
+        mc.disable()
+    assert {k: v for k, v in mc.stats().items() if v} == {
+        "conv_transpose1d_batch_norm_leaky_relu": 1, "conv_transpose1d_group_norm_silu": 1,
+        "conv_transpose1d_instance_norm_relu": 1}
+    ref = ref_model(x)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad(out.square().sum(), [x, *model.parameters()])
+    ref_grads = torch.autograd.grad(ref.square().sum(), [x, *ref_model.parameters()])
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+    for b, r in zip(model.buffers(), ref_model.buffers()):
+        torch.testing.assert_close(b, r)
+
+
+def test_conv_transpose1d_norm_act_matches_torch():
+    x, w, b = torch.randn(2, 4, 9, dtype=torch.float64), torch.randn(4, 6, 5, dtype=torch.float64), None
+    y = myops.conv_transpose1d_norm_act(x, w, b, 3, 2, 1, norm="batch_norm", activation="leaky_relu",
+                                        negative_slope=0.1)
+    ref = torch.nn.functional.leaky_relu(
+        torch.nn.functional.batch_norm(torch.nn.functional.conv_transpose1d(x, w, b, 3, 2, 1), None, None,
+                                       training=True), 0.1)
+    torch.testing.assert_close(y, ref)
+    with pytest.raises(ValueError, match="myops.conv_transpose1d_norm_act: argument 'input'"):
+        myops.conv_transpose1d_norm_act(x.unsqueeze(0), w, norm="group_norm", num_groups=2)
+    with pytest.raises(TypeError, match="myops.conv_transpose1d_norm_act: argument 'stride'"):
+        myops.conv_transpose1d_norm_act(x, w, stride=(2, 2), norm="group_norm", num_groups=2)
