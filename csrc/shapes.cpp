@@ -188,6 +188,14 @@ NormalizeAct check_normalize_act(const char* op, const at::Tensor& input, const 
   }
   NormalizeAct r;
   std::tie(r.act, r.approx) = check_activation(op, activation, negative_slope, approximate);
+  r.channels_last = output_memory_format(input) == at::MemoryFormat::ChannelsLast;
+  r.x = r.channels_last ? input : input.contiguous();
+  r.mean = mean.contiguous();
+  r.scale = scale.contiguous();
+  r.shift = shift.contiguous();
+  r.N = input.size(0);
+  r.C = input.size(1);
+  r.HW = r.N * r.C == 0 ? 0 : input.numel() / (r.N * r.C);
   return r;
 }
 

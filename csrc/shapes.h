@@ -98,10 +98,15 @@ std::pair<Activation, GeluApprox> check_activation(const char* op, c10::string_v
                                                    double negative_slope, c10::string_view approximate);
 
 // myops::normalize_act: input [N, C, *] floating; mean / scale / shift [N, C] in the compute dtype
-// (float64 for float64 input, else float32) on input's device.
+// (float64 for float64 input, else float32) on input's device. Returns the call as both kernels
+// take it: x contiguous, or channels-last where input is (output_memory_format), viewed as
+// [N, C, HW] (channels-last: [N, HW, C]); the parameters contiguous.
 struct NormalizeAct {
   Activation act;
   GeluApprox approx;
+  bool channels_last;
+  at::Tensor x, mean, scale, shift;
+  int64_t N, C, HW;
 };
 NormalizeAct check_normalize_act(const char* op, const at::Tensor& input, const at::Tensor& mean,
                                  const at::Tensor& scale, const at::Tensor& shift, c10::string_view activation,

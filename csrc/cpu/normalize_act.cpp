@@ -88,16 +88,13 @@ at::Tensor normalize_act_cpu(const at::Tensor& input, const at::Tensor& mean, co
   constexpr const char* kOp = "normalize_act";
   const NormalizeAct a = check_normalize_act(kOp, input, mean, scale, shift, activation, negative_slope,
                                              approximate);
-  const bool channels_last = output_memory_format(input) == at::MemoryFormat::ChannelsLast;
-  const at::Tensor x = channels_last ? input : input.contiguous();
-  at::Tensor out = at::empty_like(x);
-  const at::Tensor m = mean.contiguous(), s = scale.contiguous(), b = shift.contiguous();
-  const int64_t N = x.size(0), C = x.size(1), HW = N * C == 0 ? 0 : x.numel() / (N * C);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "myops::normalize_act (CPU)", [&] {
+  at::Tensor out = at::empty_like(a.x);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.x.scalar_type(), "myops::normalize_act (CPU)", [&] {
     using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-    normalize_act_kernel<scalar_t, acc_t>(x.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), N, C, HW,
-                                          channels_last, m.const_data_ptr<acc_t>(), s.const_data_ptr<acc_t>(),
-                                          b.const_data_ptr<acc_t>(), a, negative_slope);
+    normalize_act_kernel<scalar_t, acc_t>(a.x.const_data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), a.N, a.C, a.HW,
+                                          a.channels_last, a.mean.const_data_ptr<acc_t>(),
+                                          a.scale.const_data_ptr<acc_t>(), a.shift.const_data_ptr<acc_t>(), a,
+                                          negative_slope);
   });
   return out;
 }

@@ -18,18 +18,14 @@ at::Tensor normalize_act_cuda(const at::Tensor& input, const at::Tensor& mean, c
   const NormalizeAct a = check_normalize_act(kOp, input, mean, scale, shift, activation, negative_slope,
                                              approximate);
   const c10::cuda::CUDAGuard guard(input.device());
-  const bool channels_last = output_memory_format(input) == at::MemoryFormat::ChannelsLast;
-  const at::Tensor x = channels_last ? input : input.contiguous();
-  at::Tensor out = at::empty_like(x);
-  const at::Tensor m = mean.contiguous(), s = scale.contiguous(), b = shift.contiguous();
-  const auto [N, C, HW] = n_c_hw(x);
+  at::Tensor out = at::empty_like(a.x);
   cuda::ActivationSpec spec;
   spec.act = a.act;
   spec.approx = a.approx;
   spec.negative_slope = static_cast<float>(negative_slope);
-  check_launch(cuda::normalize_act(x.const_data_ptr(), out.data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW,
-                                   channels_last, m.const_data_ptr(), s.const_data_ptr(), b.const_data_ptr(), spec,
-                                   at::cuda::getCurrentCUDAStream()),
+  check_launch(cuda::normalize_act(a.x.const_data_ptr(), out.data_ptr(), kernel_dtype(a.x.scalar_type()), a.N, a.C,
+                                   a.HW, a.channels_last, a.mean.const_data_ptr(), a.scale.const_data_ptr(),
+                                   a.shift.const_data_ptr(), spec, at::cuda::getCurrentCUDAStream()),
                kOp);
   return out;
 }
