@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles every csrc/cuda/**/*.cu with nvcc for sm_90a, as many at once as there are cores (they
-# include no torch header, so this works on a CPU-only machine). Fails if nvcc is missing while .cu
-# files exist, or if any file fails.
+# include no torch header, so this works on a CPU-only machine), and links the objects together.
+# Fails if nvcc is missing while .cu files exist, or if any file fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shopt -s nullglob globstar
@@ -17,3 +17,6 @@ compile_one() {
 }
 export -f compile_one
 printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} bash -c 'compile_one {}'
+# then linked into one relocatable object (torch's and the host files' symbols left undefined): a
+# function defined in a header that several .cu files include fails here, as in the extension's link
+ld -r -o "$OBJ_DIR/kernels.o" "$OBJ_DIR"/csrc_*.o && echo "link ok: ${#sources[@]} objects"

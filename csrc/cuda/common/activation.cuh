@@ -13,8 +13,10 @@
 namespace myops {
 namespace cuda {
 
-__device__ __noinline__ float sigmoid_libm(float v) { return 1.0f / (1.0f + expf(-v)); }
-__device__ __noinline__ float tanh_libm(float v) { return tanhf(v); }
+// static: one copy per translation unit (a plain definition in this header is defined again by
+// every .cu that includes it, and the extension fails to link)
+static __device__ __noinline__ float sigmoid_libm(float v) { return 1.0f / (1.0f + expf(-v)); }
+static __device__ __noinline__ float tanh_libm(float v) { return tanhf(v); }
 
 template <typename Out>
 __device__ inline float epilogue_sigmoid(float v) {
