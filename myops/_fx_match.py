@@ -51,10 +51,15 @@ _BATCH_NORM_SIGNATURES = {
     F.batch_norm: (["input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"],
                    {"running_mean": None, "running_var": None, "weight": None, "bias": None, "training": False,
                     "momentum": 0.1, "eps": 1e-5}),
+    aten.batch_norm.default: (["input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps",
+                               "cudnn_enabled"], {}),
 }
 _MAX_POOL_SIGNATURES = {
     F.max_pool2d: (["input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"],
                    {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False}),
+    aten.max_pool2d.default: (["input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"],
+                              {"stride": [], "padding": [0, 0], "dilation": [1, 1], "ceil_mode": False,
+                               "return_indices": False}),
 }
 _FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # Consumers Inductor fuses a pointwise normalisation into (a residual add and its kin).

@@ -189,3 +189,21 @@ def test_fuse_on_torch_export_graphs(name):
     _close(gm(x), eager(x))
     for (key, b), b_ref in zip(gm.named_buffers(), eager.buffers()):
         _close(b, b_ref, 1e-4) if b.is_floating_point() else None
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_fuse_takes_the_batch_norm_chain_of_an_exported_graph(training):
+    # the seed BatchNorm chain in aten form (aten.batch_norm, aten.tanh, aten.max_pool2d, aten.group_norm)
+    from myops.workloads import ConvTransposeBnTanhPoolGroupNorm
+    torch.manual_seed(0)
+    model = ConvTransposeBnTanhPoolGroupNorm(8, 16, 3, 4, padding=1).train(training)
+    with torch.no_grad():
+        model.bn.running_var.uniform_(0.5, 2.0)
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 8, 6, 6)
+    gm = torch.export.export(model, (x,)).module()
+    assert mc.fuse(gm) == 1
+    assert _rewritten() == {"conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 1}
+    _close(gm(x), eager(x))
+    for b, b_ref in zip(gm.buffers(), eager.buffers()):
+        _close(b, b_ref, 1e-5) if b.is_floating_point() else None
