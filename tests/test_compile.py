@@ -396,6 +396,30 @@ def test_reduce_overhead_mode_on_cuda():
     assert mc.stats()[FUSED] == 1
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_reduce_overhead_mode_training_on_cuda():
+    # CUDA graphs in training: forward and backward replayed, gradients and buffers as eager's
+    import copy
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.ConvTranspose2d(16, 8, 4, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.ConvTranspose2d(8, 8, 3, 1, 1), nn.GELU(), nn.GroupNorm(4, 8)).cuda()
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 16, 8, 8, device="cuda")
+    mc.enable(devices=None)
+    with no_cache():
+        compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):
+            for m in (model, eager):
+                m.zero_grad(set_to_none=True)
+            compiled(x).square().mean().backward()
+            eager(x).square().mean().backward()
+    for p, r in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, r.grad, atol=2e-3, rtol=2e-3)
+    for b, r in zip(model.buffers(), eager.buffers()):
+        torch.testing.assert_close(b.float(), r.float(), atol=2e-3, rtol=2e-3)
+    assert mc.stats()[FUSED] == 1 and mc.stats()["conv_transpose2d_batch_norm_relu"] == 1
+
+
 # --- the second chain: conv_transpose2d -> batch_norm -> tanh -> max_pool2d -> group_norm ---------
 class BnBlock(nn.Module):
     """L2_11's block as a user writes it (scaled down)."""
