@@ -2,10 +2,8 @@
 // Thread block clusters (sm_90): the blocks of a cluster run at once and read each other's shared
 // memory, so a few blocks can share one reduction without a second kernel or a global scratch.
 // Compiled for an earlier architecture, every block is a cluster of one (the host launches no
-// larger ones there: cluster_launch_supported).
+// larger ones there: cluster_launch_supported in arch.cuh).
 #include <cuda_runtime.h>
-
-#include <atomic>
 
 #include "cuda/common/arch.cuh"
 
@@ -60,25 +58,6 @@ inline cudaLaunchAttribute cluster_dimension(unsigned blocks) {
   cluster.val.clusterDim.x = blocks;
   cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
   return cluster;
-}
-
-// Whether the current device launches clusters (compute capability 9.0 or later) and this build's
-// kernels use them (hopper_features), looked up once per device (a driver query on every launch is
-// host time the kernels wait for).
-inline bool cluster_launch_supported() {
-  if (!hopper_features()) return false;
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices];  // 0 unknown, 1 no, 2 yes
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return false;
-  if (device < kDevices && known[device].load(std::memory_order_relaxed) != 0) return known[device] == 2;
-  int supported = 0;
-  if (cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    supported = 0;
-  }
-  if (device < kDevices) known[device].store(supported ? 2 : 1, std::memory_order_relaxed);
-  return supported != 0;
 }
 
 }  // namespace cuda
