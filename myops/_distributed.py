@@ -5,12 +5,9 @@ While the rewrite is enabled, the split's entry point (DDPOptimizer.compile_fn, 
 a torch without it keeps the plain behaviour) first runs the rewrite over the whole graph; each
 chain is then one node, which no boundary cuts."""
 import functools
-import logging
 from typing import Callable, Optional
 
 import torch
-
-log = logging.getLogger("myops.compile")
 
 _original: Optional[Callable] = None
 

@@ -60,8 +60,8 @@ def _training_step(forward, module, x, grad_out):
     return step
 
 
-def _input_grad_error(case, grad_out):
-    """The myops row's input gradient against float64 eager PyTorch's (relative L2)."""
+def _reference_input_grad(case, grad_out):
+    """The input's gradient in float64 eager PyTorch, for grad_out."""
     module64 = copy.deepcopy(case.module).double()
     x64 = case.input.detach().double().requires_grad_()
     module64(x64).backward(grad_out.double())
@@ -85,7 +85,7 @@ def run_workload(name, device, dtype, compile_inductor, reps, train=False):
         grad_out = torch.randn_like(ref, dtype=dtype)
         fns = {label: _training_step(forward, case.module, x, grad_out) for label, forward in forwards.items()}
         fns["myops"]()
-        grad_ref = _input_grad_error(case, grad_out)
+        grad_ref = _reference_input_grad(case, grad_out)
         results["myops_grad_rel_l2"] = _errors(x.grad, grad_ref)[1]
         for label, fn in fns.items():
             results[f"{label}_peak_mib"] = _peak_mib(fn, device)

@@ -52,8 +52,8 @@ def activation_fn(name: str, negative_slope: float = 0.01, approximate: str = "n
     }[name]
 
 
-def _fail(arg: str, msg: str):
-    raise ValueError(f"myops.conv_transpose2d_norm_act: argument '{arg}' {msg}")
+def _fail(arg: str, msg: str, op: str = "conv_transpose2d_norm_act"):
+    raise ValueError(f"myops.{op}: argument '{arg}' {msg}")
 
 
 def conv_transpose2d_norm_act(
@@ -136,17 +136,13 @@ def conv_transpose1d_norm_act(input: Tensor, weight: Tensor, bias: Optional[Tens
     (``BatchNorm1d``, ``InstanceNorm1d``, ``GroupNorm``); run as a one-row image."""
     op = "conv_transpose1d_norm_act"
     if input.dim() != 3 or weight.dim() != 3:
-        _fail1d("input", f"and 'weight' must be 3-D ([N, C_in, L], [C_in, C_out / groups, k]), got "
-                f"{input.dim()}-D and {weight.dim()}-D")
+        _fail("input", f"and 'weight' must be 3-D ([N, C_in, L], [C_in, C_out / groups, k]), got "
+              f"{input.dim()}-D and {weight.dim()}-D", op)
     s, p, op_, d = (_single(v, op, name)[0] for v, name in ((stride, "stride"), (padding, "padding"),
                                                          (output_padding, "output_padding"), (dilation, "dilation")))
     out = conv_transpose2d_norm_act(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (0, op_), groups,
                                     (1, d), **kwargs)
     return tuple(t.squeeze(2) for t in out) if isinstance(out, tuple) else out.squeeze(2)
-
-
-def _fail1d(arg: str, msg: str):
-    raise ValueError(f"myops.conv_transpose1d_norm_act: argument '{arg}' {msg}")
 
 
 def _check_per_channel(input: Tensor, channels: int, **tensors: Optional[Tensor]) -> None:

@@ -189,8 +189,6 @@ WORKLOADS: Dict[str, tuple] = {
     "cyclegan_in_relu": (lambda d, t: _cyclegan(4, 128, 128, d, t), lambda d, t: _cyclegan(1, 32, 32, d, t)),
     "decoder_gn_silu": (lambda d, t: _decoder(8, 512, 32, 32, d, t), lambda d, t: _decoder(1, 64, 8, 8, d, t)),
 }
-# The family's chains, whose myops row is torch.compile with the rewrite
-COMPILED_WORKLOADS = ("dcgan_bn_relu", "pix2pix_bn", "cyclegan_in_relu", "decoder_gn_silu")
 
 
 def build(name: str, device: str, dtype: torch.dtype, train: bool = False) -> Case:
