@@ -194,9 +194,9 @@ def why_not(chain: Chain, conv: Optional[List[Any]], standalone_conv: fm.Standal
     if conv is None:
         return "its conv is not a 2-D transposed convolution of a floating tensor on an enabled device"
     norm, act = chain.norm, chain.act
-    if norm is None and not (standalone_conv is True or (standalone_conv == "auto" and fm._is_head_after_chain(conv))):
+    if norm is None and not fm.routes(standalone_conv, conv):
         return ("a conv with only an activation after it is rewritten where the conv itself would be "
-                "(enable(conv_transpose2d=True), or an image head after a rewritten chain)")
+                "(enable(conv_transpose2d=True); by default on CUDA, or an image head after a rewritten chain)")
     if chain.order == "act_norm":
         if len(chain.conv_node.users) != 1:
             return "the conv output has other users, and the activation comes first"

@@ -372,8 +372,14 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
 
 
 # Output channels per group up to which a standalone conv after a rewritten chain is routed by
-# default (standalone_conv="auto"): the image heads (64 -> 3) of generators and decoders.
+# default (standalone_conv="auto") on devices outside ROUTED_DEVICES: the image heads (64 -> 3) of
+# generators and decoders.
 HEAD_CHANNELS = 4
+
+# Device types whose standalone convs "auto" routes, every one: there myops.conv_transpose2d times
+# cuDNN in both layouts against its own kernels at the first call of each shape and keeps the
+# fastest, so that routing never loses to the cuDNN call Inductor would make.
+ROUTED_DEVICES = ("cuda",)
 
 
 def _is_myops_output(node) -> bool:
@@ -392,6 +398,19 @@ def _is_head_after_chain(conv) -> bool:
     return _is_myops_output(conv[0]) and w is not None and isinstance(w.shape[1], int) and w.shape[1] <= HEAD_CHANNELS
 
 
+def routed_by_default(conv) -> bool:
+    """Whether standalone_conv="auto" sends this transposed convolution to myops: every one on
+    ROUTED_DEVICES, elsewhere the heads after a rewritten chain (_is_head_after_chain)."""
+    x = _meta(conv[0])
+    return (x is not None and x.device.type in ROUTED_DEVICES) or _is_head_after_chain(conv)
+
+
+def routes(standalone_conv: Union[bool, str], conv) -> bool:
+    """Whether the standalone-conv option sends this conv to myops: True all, False none, "auto"
+    as routed_by_default says."""
+    return standalone_conv is True or (standalone_conv == "auto" and routed_by_default(conv))
+
+
 StandaloneConv = Union[bool, str]
 
 
@@ -400,7 +419,7 @@ def rewrite_graph(graph: fx.Graph, standalone_conv: StandaloneConv = False, spli
     """Rewrites the chains in place; returns {pattern name: replacements}. split_normalize: see
     _rewrite_gelu_chains (torch.compile's pass sets it: Inductor then generates the consumers).
     standalone_conv: which other transposed convolutions become myops.conv_transpose2d: all
-    (True), none (False), or "auto": the heads after a rewritten chain (_is_head_after_chain).
+    (True), none (False), or "auto" (routed_by_default).
     devices: the device types (e.g. ("cuda",)) whose chains are rewritten; None: every device.
     accept: called with each matched chain's Candidate; a chain is rewritten where it returns True."""
     counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
@@ -415,18 +434,15 @@ def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, dev
                            accept: Accept, counts: Dict[str, int]) -> None:
     """The transposed convolutions outside chains that standalone_conv sends to myops (see
     rewrite_graph), counted into counts."""
-    if standalone_conv:
+    if not standalone_conv:
+        return
+    for dims, op in ((2, torch.ops.myops.conv_transpose2d.default), (1, torch.ops.myops.conv_transpose1d.default)):
+        kind = op._schema.name.split("::")[1]
         for node in list(graph.nodes):
-            conv = _conv_args(node, devices)
-            if conv is None or (standalone_conv == "auto" and not _is_head_after_chain(conv)):
+            conv = _conv_args(node, devices, dims=dims)
+            if conv is None or not routes(standalone_conv, conv):
                 continue
-            if accept is not None and not accept(_conv_candidate(conv)):
+            if dims == 2 and accept is not None and not accept(_conv_candidate(conv)):
                 continue
-            _replace(graph, node, [], torch.ops.myops.conv_transpose2d.default, conv)
-            counts["conv_transpose2d"] += 1
-    if standalone_conv is True:  # 1-D ones too (vocoder upsamplers): all of them, when asked for
-        for node in list(graph.nodes):
-            conv = _conv_args(node, devices, dims=1)
-            if conv is not None:
-                _replace(graph, node, [], torch.ops.myops.conv_transpose1d.default, conv)
-                counts["conv_transpose1d"] = counts.get("conv_transpose1d", 0) + 1
+            _replace(graph, node, [], op, conv)
+            counts[kind] = counts.get(kind, 0) + 1

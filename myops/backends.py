@@ -21,12 +21,14 @@ from . import _C
 # value kinds: how a Python value maps to the C++ table's int (csrc/common/options.h)
 _BOOL, _TRI, _COUNT, _SOURCE = "bool", "tri", "count", "source"
 _TRI_VALUES = {"auto": -1, "never": 0, "always": 1}
-_SOURCE_VALUES = {"auto": -1, "myops": 1, "cudnn": 2}
+_SOURCE_VALUES = {"auto": -1, "myops": 1, "cudnn": 2, "cudnn_channels_last": 3}
 
 # name -> (kind, what it chooses)
 OPTIONS = {
-    "conv_source": (_SOURCE, "whose conv runs a call: 'auto' (ours, or the faster of ours and cuDNN's "
-                             "where cuDNN may win: strict float32, channels-last), 'myops', 'cudnn'"),
+    "conv_source": (_SOURCE, "whose conv runs a call: 'auto' (the fastest of the candidates, timed at the first "
+                             "call of each shape: ours and cuDNN's in both layouts for the plain conv; ours and "
+                             "cuDNN's where it may win for the fused ops), 'myops', 'cudnn', 'cudnn_channels_last' "
+                             "(an NCHW input through cuDNN's channels-last kernels; the fused ops take it as 'cudnn')"),
     "direct": (_BOOL, "the direct conv engine (few multiply-adds per output value)"),
     "few_channels": (_BOOL, "the few-channels conv engine (at most 4 output channels per group)"),
     "mma": (_BOOL, "the mma.sync conv engine (tensor cores on sm_80+; exact FFMA for strict float32)"),

@@ -15,9 +15,11 @@ source and the options, so Inductor's FX graph cache keys compiled graphs by it:
 without the pass is never reused with it, and vice versa. While enabled, the pass runs before the
 cache lookup (Inductor's "early" pre-grad timing), so stats() counts graphs served from the cache too.
 
-Standalone transposed convolutions: by default (conv_transpose2d="auto") those that are image heads
-after a rewritten chain (<= 4 output channels per group, input produced by a myops op) become
-myops.conv_transpose2d: Inductor would hand cuDNN that NCHW tensor through layout conversions.
+Standalone transposed convolutions (outside the chains): by default (conv_transpose2d="auto") every
+one on CUDA becomes myops.conv_transpose2d, which times cuDNN in both layouts against its own kernels
+at the first call of each shape and keeps the fastest (myops.explain shows the choice), so that it
+never loses to the cuDNN call Inductor makes; on other devices only the image heads after a
+rewritten chain (<= 4 output channels per group, input produced by a myops op).
 
 Which devices: by default the pass rewrites chains on CUDA tensors only. The CPU kernels are
 reference implementations (at::mm + col2im), slower than the oneDNN convolution Inductor calls
@@ -147,9 +149,9 @@ def enable(*, conv_transpose2d: _fx_match.StandaloneConv = "auto", devices: Devi
 
     Args:
         conv_transpose2d: which standalone transposed convolutions (outside the chains) go to
-            myops.conv_transpose2d: True all, False none, "auto" (default) the image heads after a
-            rewritten chain: at most 4 output channels per group, input produced by a myops op
-            (Inductor would give cuDNN that NCHW tensor through a layout copy; see the README).
+            myops.conv_transpose2d (or conv_transpose1d): True all, False none, "auto" (default)
+            every one on CUDA (the op's timed choice keeps cuDNN where cuDNN is faster), elsewhere
+            the image heads after a rewritten chain (see the module docstring).
         devices: device types whose chains are rewritten (default: CUDA only, where the fused
             kernels are faster; see the module docstring); None: every device.
         measure: rewrite a chain only where the fused op, timed at compile time on the graph's

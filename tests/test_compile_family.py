@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import myops
 import myops.compile as mc
+import myops._fx_match as fm
 from conftest import DEVICES
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "compile_demos"))
@@ -46,6 +47,24 @@ def _cases():
     }
 
 
+# name -> the standalone convs (outside the chains rewritten above) that the default routes on a
+# device of ROUTED_DEVICES, in training and in eval: the image heads with their Tanh, and in eval
+# the convs before a BatchNorm with running statistics (left to Inductor)
+ROUTED = {
+    "dcgan": ({"conv_transpose2d_tanh": 1}, {"conv_transpose2d": 4, "conv_transpose2d_tanh": 1}),
+    "pix2pix_unet": ({"conv_transpose2d_tanh": 1}, {"conv_transpose2d": 4, "conv_transpose2d_tanh": 1}),
+    "sagan_block": ({}, {"conv_transpose2d": 1}),
+    "functional_gan_block": ({}, {"conv_transpose2d": 1}),
+}
+
+
+def _expected(name, training, device):
+    counts = dict(_cases()[name][2 if training else 3])
+    if device in fm.ROUTED_DEVICES:
+        counts.update(ROUTED.get(name, ({}, {}))[0 if training else 1])
+    return counts
+
+
 def _rewritten():
     return {k: v for k, v in mc.stats().items() if v}
 
@@ -58,7 +77,7 @@ def _close(a, b, tol=2e-4):
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("name", list(_cases()))
 def test_architecture_rewrites_and_matches_eager(name, training, device):
-    make, shape, train_counts, eval_counts = _cases()[name]
+    make, shape, train_counts, _ = _cases()[name]
     torch.manual_seed(0)
     model = make().train(training).to(device)
     eager = copy.deepcopy(model)
@@ -72,7 +91,7 @@ def test_architecture_rewrites_and_matches_eager(name, training, device):
         if training:
             out.square().mean().backward()
             ref.square().mean().backward()
-    assert _rewritten() == (train_counts if training else eval_counts), name
+    assert _rewritten() == _expected(name, training, device), name
     found = mc.stats(found=True)
     assert all(found[k] >= v for k, v in train_counts.items())
     params, ref_params = dict(model.named_parameters()), dict(eager.named_parameters())
@@ -85,6 +104,21 @@ def test_architecture_rewrites_and_matches_eager(name, training, device):
             _close(b, ref_buffers[key], tol)
         else:
             assert torch.equal(b, ref_buffers[key]), key
+
+
+@pytest.mark.parametrize("name", ["dcgan", "pix2pix_unet", "sagan_block"])
+def test_auto_routes_every_standalone_conv_on_a_routed_device(name, monkeypatch):
+    # the CPU taken as a routed device: the default sends each standalone conv to
+    # myops.conv_transpose2d (an activation after it into its epilogue), the output as eager's
+    monkeypatch.setattr(fm, "ROUTED_DEVICES", ("cpu",))
+    make, shape, _, _ = _cases()[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(shape)
+    mc.enable(devices=None)
+    with torch.no_grad():
+        _close(torch.compile(model, fullgraph=True)(x), model(x))
+    assert _rewritten() == _expected(name, False, "cpu"), name
 
 
 def test_chains_left_alone_are_logged_with_their_reason(caplog):

@@ -17,6 +17,7 @@ from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_
                        random_wide_conv_config, ref_conv_transpose2d, ref_fused, tolerance)
 from test_bn_chain import check_random_chain
 from test_conv_transpose2d import check_random_configs
+from test_norm_act import check_combo
 from test_fused import check_channel_stats, check_group_stats, check_random_fused, random_fused_case
 
 pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
@@ -51,6 +52,22 @@ def test_conv_transpose2d(strict_source):
         out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
         assert out.is_contiguous(memory_format=torch.channels_last)
         assert_matches(out, ref_conv_transpose2d(x, w, b, *conv_args(cfg)), 2e-5)
+
+
+@pytest.mark.parametrize("source", ["myops", "cudnn", "cudnn_channels_last", "timed"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=lambda d: str(d).split(".")[-1])
+def test_plain_conv_every_source(source, dtype, monkeypatch):
+    # the plain conv's candidates in the default math (TF32 allowed): each keeps the input's layout
+    use_source(source, monkeypatch, True)
+    check_random_configs(random.Random(82), 20, random_wide_conv_config, dtype, "cuda")
+    rng = random.Random(83)
+    for _ in range(4):
+        cfg = random_wide_conv_config(rng)
+        x, w, b = make_conv_inputs(cfg, dtype, "cuda")
+        x = x.contiguous(memory_format=torch.channels_last)
+        out = torch.ops.myops.conv_transpose2d(x, w, b, *conv_args(cfg))
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        assert_matches(out, ref_conv_transpose2d(x, w, b, *conv_args(cfg)), tolerance(dtype, "cuda"))
 
 
 def test_gelu_group_norm_chain(strict_source):
@@ -120,6 +137,17 @@ def test_no_timed_choice_when_determinism_asked_or_cudnn_off(flag, monkeypatch):
     else:
         monkeypatch.setattr(torch.backends.cudnn, "enabled", False)
     assert torch.equal(torch.ops.myops.conv_transpose2d_gelu_group_norm(*args), ours)
+
+
+@pytest.mark.parametrize("source", ["cudnn", "timed"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("norm,activation,order", [("batch_norm", "relu", "norm_act"), ("instance_norm", "leaky_relu",
+                         "norm_act"), ("group_norm", "silu", "norm_act"), ("group_norm", "gelu", "act_norm"),
+                         ("none", "tanh", "norm_act"), ("batch_norm", "none", "norm_act")])
+def test_norm_act_family_on_cudnn(source, dtype, norm, activation, order, monkeypatch):
+    # the family's conv step on cuDNN: the activation and the statistics as passes of their own
+    use_source(source, monkeypatch, True)
+    check_combo("cuda", dtype, norm, activation, order)
 
 
 # --- tensor-core math: the fused op's channels-last cuDNN form --------------------------------

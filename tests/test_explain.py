@@ -55,7 +55,25 @@ def test_cuda_reasons_follow_the_options():
     myops.backends.set_options(conv_source="auto")
     torch.backends.cudnn.allow_tf32 = False
     try:
-        strict = myops.explain(x.float(), w.float())
-        assert "the faster of ours and cuDNN's" in strict
+        strict = myops.explain(x.float(), w.float(), op="conv_transpose2d_gelu_group_stats")
+        assert "the fastest of ours and cuDNN's, timed" in strict
     finally:
         torch.backends.cudnn.allow_tf32 = True
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+def test_cuda_plain_conv_times_every_source_and_shows_the_choice():
+    # the plain conv's choice takes cuDNN in both layouts (an NCHW input's channels-last form with
+    # its copies); explain shows the candidates, then after the first call the one kept and the times
+    x = torch.randn(2, 32, 12, 12, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(32, 16, 4, 4, device="cuda", dtype=torch.bfloat16)
+    myops.backends.set_options(conv_source="auto")
+    before = myops.explain(x, w, stride=2, padding=1)
+    assert "the fastest of ours, cuDNN's and cuDNN's channels-last (with the layout copies)" in before
+    myops.conv_transpose2d(x, w, stride=2, padding=1)
+    after = myops.explain(x, w, stride=2, padding=1)
+    assert "(median ms: ours " in after and "cuDNN's channels-last (with the layout copies) " in after
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    assert "the fastest of ours and cuDNN's, timed" in myops.explain(x_cl, w, stride=2, padding=1)
+    fused = myops.explain(x, w, stride=2, padding=1, op="conv_transpose2d_act_stats")
+    assert "the fastest of ours and cuDNN's, timed" in fused

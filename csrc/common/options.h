@@ -10,7 +10,7 @@ namespace myops {
 
 // Every option, each an int. Tri-state ones: kAuto, kNever, kAlways.
 enum class Option : int {
-  ConvSource,      // kAuto (timed where it may pay), kOurs, kCudnn
+  ConvSource,      // kAuto (timed where it may pay), kOurs, kCudnn, kCudnnChannelsLast
   Direct,          // engine enabled (1) or not (0); likewise the next three
   FewChannels,
   Mma,             // mma.sync; off leaves the generic kernel for the tensor-core calls
@@ -36,6 +36,7 @@ constexpr int kNever = 0;
 constexpr int kAlways = 1;
 constexpr int kOurs = 1;
 constexpr int kCudnn = 2;
+constexpr int kCudnnChannelsLast = 3;  // the plain conv only (others take it as kCudnn)
 
 int option(Option o);
 void set_option(Option o, int value);

@@ -19,31 +19,32 @@ namespace {
 
 constexpr int kRounds = 5, kRunsPerRound = 2;
 
-// Milliseconds per run of each source on stream, the median of kRounds rounds that time each
-// source in turn (a drift of the clocks falls on both alike), each over kRunsPerRound runs queued
-// back to back (so that the host time of one run hides behind the previous one on the GPU, as it
-// does inside a model), after one warm-up run of each (cuDNN's plan search, the caching
-// allocator's first allocations). A source that throws is timed as infinity.
-std::array<float, 2> time_sources(cudaStream_t stream, const std::function<void(ConvSource)>& run) {
-  constexpr ConvSource kSources[2] = {ConvSource::Myops, ConvSource::Cudnn};
+// Milliseconds per run of each candidate on stream, the median of kRounds rounds that time each
+// candidate in turn (a drift of the clocks falls on all alike), each over kRunsPerRound runs
+// queued back to back (so that the host time of one run hides behind the previous one on the GPU,
+// as it does inside a model), after one warm-up run of each (cuDNN's plan search, the caching
+// allocator's first allocations). A candidate that throws is timed as infinity.
+std::vector<float> time_sources(cudaStream_t stream, const std::vector<ConvSource>& candidates,
+                                const std::function<void(ConvSource)>& run) {
+  const size_t n = candidates.size();
   cudaEvent_t start, end;
   TORCH_CHECK(cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess,
               "myops: conv source choice: cudaEventCreate failed");
-  std::array<bool, 2> ok{true, true};
-  std::array<std::vector<float>, 2> times;
-  for (int s = 0; s < 2; ++s) {
+  std::vector<bool> ok(n, true);
+  std::vector<std::vector<float>> times(n);
+  for (size_t s = 0; s < n; ++s) {
     try {
-      run(kSources[s]);
+      run(candidates[s]);
     } catch (const std::exception&) {
       ok[s] = false;
     }
   }
   for (int round = 0; round < kRounds; ++round) {
-    for (int s = 0; s < 2; ++s) {
+    for (size_t s = 0; s < n; ++s) {
       if (!ok[s]) continue;
       try {
         cudaEventRecord(start, stream);
-        for (int r = 0; r < kRunsPerRound; ++r) run(kSources[s]);
+        for (int r = 0; r < kRunsPerRound; ++r) run(candidates[s]);
         cudaEventRecord(end, stream);
         float ms = 0;
         if (cudaEventSynchronize(end) == cudaSuccess && cudaEventElapsedTime(&ms, start, end) == cudaSuccess)
@@ -55,13 +56,10 @@ std::array<float, 2> time_sources(cudaStream_t stream, const std::function<void(
   }
   cudaEventDestroy(start);
   cudaEventDestroy(end);
-  std::array<float, 2> median{};
-  for (int s = 0; s < 2; ++s) {
+  std::vector<float> median(n, std::numeric_limits<float>::infinity());
+  for (size_t s = 0; s < n; ++s) {
     auto& t = times[s];
-    if (!ok[s] || t.empty()) {
-      median[s] = std::numeric_limits<float>::infinity();
-      continue;
-    }
+    if (!ok[s] || t.empty()) continue;
     std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
     median[s] = t[t.size() / 2];
   }
@@ -72,8 +70,8 @@ std::mutex& cache_mutex() {
   static std::mutex mutex;
   return mutex;
 }
-std::map<std::string, ConvSource>& cache() {
-  static std::map<std::string, ConvSource> chosen;
+std::map<std::string, ConvChoice>& cache() {
+  static std::map<std::string, ConvChoice> chosen;
   return chosen;
 }
 std::string device_key(const std::string& key) {
@@ -84,7 +82,16 @@ std::string device_key(const std::string& key) {
 
 }  // namespace
 
-std::optional<ConvSource> cached_conv_source(const std::string& key) {
+const char* conv_source_name(ConvSource source) {
+  switch (source) {
+    case ConvSource::Myops: return "ours";
+    case ConvSource::Cudnn: return "cuDNN's";
+    case ConvSource::CudnnChannelsLast: return "cuDNN's channels-last (with the layout copies)";
+  }
+  return "?";
+}
+
+std::optional<ConvChoice> cached_conv_choice(const std::string& key) {
   const std::string k = device_key(key);
   const std::lock_guard<std::mutex> lock(cache_mutex());
   const auto it = cache().find(k);
@@ -93,21 +100,27 @@ std::optional<ConvSource> cached_conv_source(const std::string& key) {
 }
 
 ConvSource timed_conv_source(const std::string& key, cudaStream_t stream, bool may_time,
-                             const std::function<void(ConvSource)>& run) {
-  if (!may_time) return ConvSource::Myops;
+                             const std::vector<ConvSource>& candidates, const std::function<void(ConvSource)>& run) {
+  if (!may_time || candidates.size() < 2) return ConvSource::Myops;
   const std::string dkey = device_key(key);
   std::mutex& mutex = cache_mutex();
-  std::map<std::string, ConvSource>& chosen = cache();
+  std::map<std::string, ConvChoice>& chosen = cache();
   {
     const std::lock_guard<std::mutex> lock(mutex);
     const auto it = chosen.find(dkey);
-    if (it != chosen.end()) return it->second;
+    if (it != chosen.end()) return it->second.source;
   }
   if (cuda::stream_capturing(stream)) return ConvSource::Myops;
-  const auto [ours, cudnn] = time_sources(stream, run);
-  const ConvSource source = cudnn < ours ? ConvSource::Cudnn : ConvSource::Myops;
+  const std::vector<float> ms = time_sources(stream, candidates, run);
+  ConvChoice choice;
+  size_t best = 0;  // ties (and all-infinite) keep ours, the first candidate
+  for (size_t s = 0; s < candidates.size(); ++s) {
+    choice.ms.emplace_back(candidates[s], ms[s]);
+    if (ms[s] < ms[best]) best = s;
+  }
+  choice.source = candidates[best];
   const std::lock_guard<std::mutex> lock(mutex);
-  return chosen.emplace(dkey, source).first->second;
+  return chosen.emplace(dkey, std::move(choice)).first->second.source;
 }
 
 }  // namespace myops

@@ -1,5 +1,7 @@
 #include "cuda/ops/conv.h"
 
+#include <cstdio>
+
 namespace myops {
 namespace host {
 
@@ -69,11 +71,11 @@ at::Tensor cudnn_conv(const char* op, const at::Tensor& input, const at::Tensor&
 }
 
 at::Tensor cudnn_conv_channels_last(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                                    const ConvTranspose2dParams& p) {
+                                    const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p) {
   const at::Tensor x = input.is_contiguous(at::MemoryFormat::ChannelsLast)
                            ? input
                            : channels_last_copy(op, input, false, at::cuda::getCurrentCUDAStream());
-  return at::conv_transpose2d(x, weight.contiguous(at::MemoryFormat::ChannelsLast), std::nullopt, {p.sH, p.sW},
+  return at::conv_transpose2d(x, weight.contiguous(at::MemoryFormat::ChannelsLast), bias, {p.sH, p.sW},
                               {p.pH, p.pW}, {p.opH, p.opW}, p.groups, {p.dH, p.dW})
       .contiguous(at::MemoryFormat::ChannelsLast);
 }
@@ -81,8 +83,27 @@ at::Tensor cudnn_conv_channels_last(const char* op, const at::Tensor& input, con
 at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, const at::Tensor& weight,
                    const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p, const KernelCall& k,
                    const cuda::ConvEpilogue& ep) {
-  return source == ConvSource::Cudnn ? cudnn_conv(op, input, weight, bias, p)
-                                     : conv_forward(op, input, weight, bias, p, k, ep);
+  return source == ConvSource::Myops ? conv_forward(op, input, weight, bias, p, k, ep)
+                                     : cudnn_conv(op, input, weight, bias, p);
+}
+
+namespace {
+bool is_plain_conv(const char* op) { return std::string_view(op) == "conv_transpose2d"; }
+}  // namespace
+
+std::vector<ConvSource> conv_source_candidates(const char* op, const at::Tensor& input) {
+  if (is_plain_conv(op) && output_memory_format(input) != at::MemoryFormat::ChannelsLast)
+    return {ConvSource::Myops, ConvSource::Cudnn, ConvSource::CudnnChannelsLast};
+  return {ConvSource::Myops, ConvSource::Cudnn};
+}
+
+std::optional<ConvSource> forced_conv_source(const char* op) {
+  switch (option(Option::ConvSource)) {
+    case kOurs: return ConvSource::Myops;
+    case kCudnn: return ConvSource::Cudnn;
+    case kCudnnChannelsLast: return is_plain_conv(op) ? ConvSource::CudnnChannelsLast : ConvSource::Cudnn;
+    default: return std::nullopt;
+  }
 }
 
 bool cudnn_may_be_timed() {
@@ -105,20 +126,28 @@ std::string conv_source_key(const char* op, const std::string& extra, const Conv
 std::string explain_conv(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& bias,
                          const ConvTranspose2dParams& p, bool plain_output) {
   std::string source;
-  const int forced = option(Option::ConvSource);
-  if (forced == kOurs) {
-    source = "ours (forced: myops.backends conv_source='myops')";
-  } else if (forced == kCudnn) {
-    source = "cuDNN's (forced: myops.backends conv_source='cudnn'); our passes follow it";
-  } else if (!cudnn_is_candidate(op, input)) {
-    source = "ours (cuDNN is a candidate only for strict float32, or where the op's cuDNN form is channels-last)";
+  const std::vector<ConvSource> candidates = conv_source_candidates(op, input);
+  if (const auto forced = forced_conv_source(op)) {
+    source = std::string(conv_source_name(*forced)) + " (forced: myops.backends conv_source)";
+    if (*forced != ConvSource::Myops) source += "; our passes follow it";
   } else if (!cudnn_may_be_timed()) {
     source = "ours (cuDNN would be timed against ours, but cuDNN is disabled or determinism is asked for)";
   } else {
-    source = "the faster of ours and cuDNN's, timed at the first call of this shape";
-    if (std::string(op) == "conv_transpose2d")
-      if (const auto chosen = cached_conv_source(conv_source_key(op, "", p, input, bias.has_value())))
-        source += *chosen == ConvSource::Cudnn ? ": cuDNN's was faster" : ": ours was faster";
+    source = "the fastest of";
+    for (size_t i = 0; i < candidates.size(); ++i)
+      source += std::string(i == 0 ? " " : i + 1 == candidates.size() ? " and " : ", ") +
+                conv_source_name(candidates[i]);
+    source += ", timed at the first call of this shape";
+    if (is_plain_conv(op))
+      if (const auto chosen = cached_conv_choice(conv_source_key(op, "", p, input, bias.has_value()))) {
+        source += std::string(": ") + conv_source_name(chosen->source) + " (median ms:";
+        for (const auto& [s, ms] : chosen->ms) {
+          char time[32];
+          std::snprintf(time, sizeof(time), " %.4g;", ms);
+          source += std::string(" ") + conv_source_name(s) + time;
+        }
+        source.back() = ')';
+      }
   }
   const KernelCall k = kernel_call(p, input, plain_output);
   std::string out = "conv source: " + source + "\n";

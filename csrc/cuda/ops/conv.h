@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/options.h"
 #include "cuda/conv/conv_transpose2d.cuh"
@@ -53,10 +54,10 @@ at::Tensor cudnn_conv(const char* op, const at::Tensor& input, const at::Tensor&
                       const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p,
                       at::MemoryFormat format = at::MemoryFormat::Contiguous);
 
-// cuDNN's transposed convolution of call p without bias, channels-last: its fastest layout (an
-// NCHW call transposes inside); an NCHW input is transposed by our kernel.
+// cuDNN's transposed convolution of call p, channels-last: its fastest layout (an NCHW call
+// transposes inside); an NCHW input is transposed by our kernel.
 at::Tensor cudnn_conv_channels_last(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                                    const ConvTranspose2dParams& p);
+                                    const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p);
 
 // The conv of call p by `source`: ours, run as k says with epilogue ep, or cuDNN's (no epilogue:
 // callers ask for none then), contiguous NCHW either way.
@@ -64,20 +65,19 @@ at::Tensor conv_by(ConvSource source, const char* op, const at::Tensor& input, c
                    const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p, const KernelCall& k,
                    const cuda::ConvEpilogue& ep);
 
-// Whether cuDNN's conv is a candidate for a call of op `op`: strict float32 (its FFT / Winograd
-// algorithms do fewer multiply-adds than a direct GEMM on some shapes), and every call where the
-// op's cuDNN form is the channels-last one, whose kernels win on some layers: the plain conv of a
-// channels-last input (cuDNN answers in that layout) and the fused GELU + GroupNorm op (our passes
-// read cuDNN's NHWC output).
-inline bool cudnn_is_candidate(const char* op, const at::Tensor& input) {
-  const std::string_view name(op);
-  if (name == "conv_transpose2d" && output_memory_format(input) == at::MemoryFormat::ChannelsLast) return true;
-  return name == "conv_transpose2d_gelu_group_norm" || strict_fp32(input);
-}
+// The sources timed for a call of op `op` (ours first), so that a call never loses to the stock
+// conv that torch.compile would run in its place: cuDNN in the input's layout always (a fused op
+// then runs its epilogue as passes of its own, as Inductor would), and for the plain conv of an
+// NCHW input also cuDNN's channels-last kernels, both layout copies counted.
+std::vector<ConvSource> conv_source_candidates(const char* op, const at::Tensor& input);
 
 // Whether PyTorch's settings allow a timed choice: cuDNN enabled and no determinism asked for (a
 // timed choice may differ, and so give other bits, from one process to the next).
 bool cudnn_may_be_timed();
+
+// The source myops.backends' conv_source forces, if any (a fused op takes cudnn_channels_last as
+// cudnn: its passes read either layout of cuDNN's output).
+std::optional<ConvSource> forced_conv_source(const char* op);
 
 // Whose conv runs a call (cudnn_choice.h): ours, or where cuDNN is a candidate, the faster of ours
 // and cuDNN's for the call's shape (timed at its first call, cached per shape and options) unless
@@ -92,12 +92,12 @@ std::string conv_source_key(const char* op, const std::string& extra, const Conv
 template <typename Extra, typename Run>
 ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
                        const std::optional<at::Tensor>& bias, const Extra& extra, const Run& run) {
-  const int forced = option(Option::ConvSource);
-  if (forced == kOurs) return ConvSource::Myops;
-  if (forced == kCudnn) return ConvSource::Cudnn;
-  if (!cudnn_is_candidate(op, input)) return ConvSource::Myops;
+  if (const auto forced = forced_conv_source(op)) return *forced;
+  const std::vector<ConvSource> candidates = conv_source_candidates(op, input);
+  if (candidates.size() < 2) return ConvSource::Myops;
   return timed_conv_source(conv_source_key(op, extra(), p, input, bias.has_value()),
-                           at::cuda::getCurrentCUDAStream(), cudnn_may_be_timed(), [&](ConvSource s) { run(s); });
+                           at::cuda::getCurrentCUDAStream(), cudnn_may_be_timed(), candidates,
+                           [&](ConvSource s) { run(s); });
 }
 
 // What runs op `op`'s conv for this call and why (myops.explain): the source rule and, for ours,

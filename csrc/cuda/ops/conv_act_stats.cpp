@@ -1,6 +1,6 @@
 // myops::conv_transpose2d_act_stats on CUDA: our conv with bias, the activation and the
 // normalisation's per-tile partials in its epilogue, reduced per channel or per (sample, group) in
-// a fixed order; or cuDNN's conv (strict float32, where it is timed faster) with passes for them.
+// a fixed order; or cuDNN's conv (where it is timed faster) with passes for them.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -53,7 +53,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cuda(
                                         kernel_dtype(out.scalar_type()), a.approx, at::cuda::getCurrentCUDAStream()),
                      kOp);
       } else if (a.act != Activation::None) {
-        out = aten_activation(out, a.act, negative_slope, a.approx).contiguous();  // (strict float32 only)
+        out = aten_activation(out, a.act, negative_slope, a.approx).contiguous();
       }
       if (want_stats) partials = plane_moments(kOp, out);
     } else {

@@ -168,7 +168,7 @@ at::Tensor conv_gelu_group_norm_channels_last(const char* op, const at::Tensor& 
                                               GeluApprox approx, int64_t num_groups, double eps,
                                               const std::optional<at::Tensor>& gn_weight,
                                               const std::optional<at::Tensor>& gn_bias) {
-  const at::Tensor conv = cudnn_conv_channels_last(op, input, weight, p);
+  const at::Tensor conv = cudnn_conv_channels_last(op, input, weight, std::nullopt, p);
   const at::Tensor pre_bias = contiguous_or_undefined(bias);
   std::optional<at::Tensor> out = group_norm_nhwc(op, conv, num_groups, eps, gn_weight, gn_bias,
                                                   output_memory_format(input), {true, approx, ptr_or_null(pre_bias)});

@@ -18,15 +18,17 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   constexpr const char* kOp = "conv_transpose2d";
   const auto p = check_conv_transpose2d(kOp, input, weight, bias, stride, padding, output_padding, groups, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  // A channels-last input times cuDNN too (conv_source), which then returns its channels-last
-  // output as it is: its channels-last kernels can beat ours plus the output's transpose on
-  // such inputs, and the timed choice keeps whichever is faster.
+  // Every source is a candidate (conv_source_candidates): the output keeps the input's layout
+  // whichever runs, so that the timed choice compares like with like.
   const at::MemoryFormat format = output_memory_format(input);
   auto run = [&](ConvSource source) {
-    return source == ConvSource::Cudnn
-               ? cudnn_conv(kOp, input, weight, bias, p, format)
-               : in_output_format(kOp, conv_forward(kOp, input, weight, bias, p, kernel_call(p, input, true), {}),
-                                  input);
+    switch (source) {
+      case ConvSource::Cudnn: return cudnn_conv(kOp, input, weight, bias, p, format);
+      case ConvSource::CudnnChannelsLast:
+        return cudnn_conv_channels_last(kOp, input, weight, bias, p).contiguous(format);
+      case ConvSource::Myops: break;
+    }
+    return in_output_format(kOp, conv_forward(kOp, input, weight, bias, p, kernel_call(p, input, true), {}), input);
   };
   return run(conv_source(kOp, p, input, bias, no_extra, run));
 }
