@@ -389,8 +389,14 @@ def _fold_stats_grads(out, mean, g_out, g_mean, g_var, stats):
     return g.reshape(out.shape).to(out.dtype)
 
 
+def _needs_pre_activation(activation, negative_slope) -> bool:
+    """Whether the activation's backward needs its input, not only its output: gelu and silu, and
+    leaky_relu with a negative slope (a slope >= 0 keeps the sign: out > 0 exactly where conv > 0)."""
+    return activation in ("gelu", "silu") or (activation == "leaky_relu" and negative_slope < 0)
+
+
 def _activation_backward(g, out, conv, activation, negative_slope, approximate):
-    """g through the activation: out = activation(conv) (conv needed for gelu, silu, leaky_relu)."""
+    """g through the activation: out = activation(conv) (conv needed where _needs_pre_activation)."""
     if activation == "none":
         return g
     if activation == "relu":
@@ -406,6 +412,8 @@ def _activation_backward(g, out, conv, activation, negative_slope, approximate):
             s = torch.sigmoid(conv)
             return g * s * (1 + conv * (1 - s))
         return aten.silu_backward(g, conv)
+    if conv is None:
+        return aten.leaky_relu_backward(g, out, negative_slope, True)
     return aten.leaky_relu_backward(g, conv, negative_slope, False)
 
 
@@ -417,7 +425,7 @@ def _act_stats_backward(ctx, g_out, g_mean, g_var):
         g = _fold_stats_grads(out, mean, g_out, g_mean, g_var, ctx.stats)
         activation = ctx.activation[0]
         conv = (torch.ops.myops.conv_transpose2d(input, weight, bias, *ctx.conv_args)
-                if activation in ("gelu", "silu", "leaky_relu") else None)
+                if _needs_pre_activation(activation, ctx.activation[1]) else None)
         g_conv = _activation_backward(g, out, conv, *ctx.activation)
         gi, gw, gb = _conv_grads(g_conv, input, weight, ctx.bias_len, ctx.conv_args, needs)
     return gi, gw, gb, None, None, None, None, None, None, None, None, None, None

@@ -21,6 +21,8 @@ COMBOS = list(itertools.product(NORMS, ACTIVATIONS, ORDERS))
 
 
 def _activation_kwargs(name):
+    if name == "leaky_relu_negative":  # (a slope < 0: its backward needs the conv output, recomputed)
+        return dict(activation="leaky_relu", negative_slope=-0.3)
     if name == "gelu_tanh":
         return dict(activation="gelu", approximate="tanh")
     if name == "leaky_relu":
@@ -139,7 +141,8 @@ def test_return_conv_gives_the_conv_output():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("norm,activation,order", [c for c in COMBOS if c[1] != "gelu_tanh" or c[2] == "act_norm"])
+@pytest.mark.parametrize("norm,activation,order", [c for c in COMBOS if c[1] != "gelu_tanh" or c[2] == "act_norm"] +
+                         [("group_norm", "leaky_relu_negative", "act_norm")])
 def test_gradcheck_and_gradgradcheck(norm, activation, order, device):
     rng = random.Random(7)
     x, w, b, conv, p = _random_case(rng, norm, device, torch.float64)
