@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from .ops import conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm as fused_api
+from .norm_act import gelu_group_norm_chain
 from .ops import group_norm_with_stats
 
 aten = torch.ops.aten
@@ -334,10 +335,11 @@ def _conv_candidate(conv) -> Candidate:
 
 def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Optional[Tuple[str, ...]],
                          accept: Accept = None) -> int:
-    """conv_transpose2d -> gelu -> group_norm: replaced by the fused op; with split_normalize,
-    where the group_norm only feeds pointwise arithmetic, by the op that stops at the statistics
-    plus group_norm_with_stats in torch ops, which Inductor fuses into those consumers (one pass
-    over the output instead of the normalise pass and the consumer's)."""
+    """conv_transpose2d -> gelu -> group_norm: replaced by gelu_group_norm_chain: the fused op;
+    with split_normalize, where the group_norm only feeds pointwise arithmetic, the op that stops
+    at the statistics plus the normalisation in torch ops, which Inductor fuses into those
+    consumers (one pass over the output instead of the normalise pass and the consumer's); in
+    training the family's form that saves the conv output."""
     count = 0
     for node, out_node, gn in _group_norm_sites(graph):
         gelu_node = gn["input"]
@@ -358,15 +360,18 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
         # float32 as aten's mixed-precision group_norm does
         conv_meta = _meta(conv_node)
         mixed = conv_meta is not None and not all(_dtype_is(t, conv_meta.dtype) for t in (gn["weight"], gn["bias"]))
-        if mixed or (split_normalize and _feeds_only_pointwise(out_node)):
+        split = mixed or (split_normalize and _feeds_only_pointwise(out_node))
+        args = (*conv, gelu["approximate"], gn["num_groups"], gn["weight"], gn["bias"], float(gn["eps"]))
+        if split_normalize:  # torch.compile's pass: AOTAutograd traces the function, training or not
+            _replace(graph, out_node, chain, gelu_group_norm_chain, (*args, split))
+        elif mixed:
             with graph.inserting_before(out_node):
                 stats = graph.call_function(torch.ops.myops.conv_transpose2d_gelu_group_stats.default,
                                             (*conv, gelu["approximate"], gn["num_groups"], float(gn["eps"])))
                 act, mean, rstd = (graph.call_function(operator.getitem, (stats, i)) for i in range(3))
             _replace(graph, out_node, chain, group_norm_with_stats, (act, mean, rstd, gn["weight"], gn["bias"]))
-        else:
-            _replace(graph, out_node, chain, torch.ops.myops.conv_transpose2d_gelu_group_norm.default,
-                     (*conv, gelu["approximate"], gn["num_groups"], gn["weight"], gn["bias"], float(gn["eps"])))
+        else:  # fuse() on an exported graph: the op itself
+            _replace(graph, out_node, chain, torch.ops.myops.conv_transpose2d_gelu_group_norm.default, args)
         count += 1
     return count
 
@@ -387,7 +392,9 @@ def _is_myops_output(node) -> bool:
     if isinstance(node, fx.Node) and node.op == "call_function" and node.target is operator.getitem:
         node = node.args[0]
     target = getattr(node, "target", None) if isinstance(node, fx.Node) else None
-    return isinstance(target, torch._ops.OpOverload) and target.namespace == "myops"
+    if isinstance(target, torch._ops.OpOverload):
+        return target.namespace == "myops"
+    return callable(target) and getattr(target, "__module__", "").startswith("myops.")  # a rewrite's function
 
 
 def _is_head_after_chain(conv) -> bool:

@@ -16,6 +16,8 @@ ours-vs-cuDNN choice are cached per option values, so a change applies to the ne
 from contextlib import contextmanager
 from typing import Dict, Iterator, Optional, Union
 
+import torch
+
 from . import _C
 
 # value kinds: how a Python value maps to the C++ table's int (csrc/common/options.h)
@@ -49,6 +51,9 @@ OPTIONS = {
                       "dependent launch, the Hopper engine (off: every kernel as on an sm_80 GPU)"),
     "cpu_reference": (_BOOL, "the CPU ops' conv by myops' GEMM + col2im reference (a test oracle) instead of "
                              "ATen's (oneDNN)"),
+    "recompute_conv": (_BOOL, "training: a chain whose gelu / silu comes before its normalisation saves only its "
+                              "activation output and recomputes the conv in backward (less memory; off: saves the "
+                              "conv output, no conv in backward). Read when a call is traced or run"),
 }
 
 CONV_ENGINES = ("direct", "few_channels", "mma", "wgmma")
@@ -94,6 +99,14 @@ def _decode(name: str, raw: int) -> Value:
         table = _TRI_VALUES if kind == _TRI else _SOURCE_VALUES
         return next(k for k, v in table.items() if v == raw)
     return None if raw < 0 else raw
+
+
+@torch.compiler.assume_constant_result
+def get_option(name: str) -> Value:
+    """One option's current value (a constant to torch.compile: read when a call is traced)."""
+    if name not in OPTIONS:
+        raise ValueError(f"myops.backends: no option '{name}' (options: {', '.join(OPTIONS)})")
+    return _decode(name, _C._get_option(name))
 
 
 def get_options() -> Dict[str, Value]:

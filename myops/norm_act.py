@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _autocast, _shapes
-from .ops import IntOrPair, _conv_args, _conv_output_hw, _single, per_channel, update_running_stats
+from .ops import (IntOrPair, _conv_args, _conv_output_hw, _single, group_norm_with_stats, per_channel,
+                  update_running_stats)
 
 _ACT_STATS = torch.ops.myops.conv_transpose2d_act_stats.default
 
@@ -102,8 +103,12 @@ def conv_transpose2d_norm_act(
     batch_stats = norm == "group_norm" or (norm in ("batch_norm", "instance_norm") and training)
     stats, groups_n = _stats_kind(norm, batch_stats, num_groups, running_mean, running_var, input, weight,
                                   conv_args)
-    out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, activation if act_first else "none",
-                                float(negative_slope), approximate, stats, groups_n)
+    if act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias):
+        out, mean, var = _act_stats_saving_conv(input, weight, bias, conv_args, activation, negative_slope,
+                                                approximate, stats, groups_n)
+    else:
+        out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, activation if act_first else "none",
+                                    float(negative_slope), approximate, stats, groups_n)
     if norm == "none":
         y = out if act_first else activation_fn(activation, negative_slope, approximate)(out)
         return (y, out) if return_conv else y
@@ -120,6 +125,52 @@ def conv_transpose2d_norm_act(
     else:
         y = normalize(out, mean, var, eps, norm_weight, norm_bias, activation_fn(*post), out_dtype)
     return (y, out) if return_conv else y
+
+
+def gelu_group_norm_chain(input: Tensor, weight: Tensor, bias: Optional[Tensor], stride, padding, output_padding,
+                          groups, dilation, approximate: str, num_groups: int, gn_weight: Optional[Tensor],
+                          gn_bias: Optional[Tensor], eps: float, split_normalize: bool) -> Tensor:
+    """ConvT -> GELU -> GroupNorm as the compile pass runs it (traced by AOTAutograd): in training,
+    the family's form that saves the conv output (no conv in backward; see _saves_conv); else the
+    fused op, or with split_normalize (GroupNorm parameters of another dtype, or pointwise
+    consumers that Inductor fuses the normalisation into) its statistics op and the normalisation
+    in torch ops."""
+    conv_args = (stride, padding, output_padding, groups, dilation)
+    if _saves_conv("gelu", 0.01, input, weight, bias):
+        return conv_transpose2d_norm_act(input, weight, bias, *conv_args, norm="group_norm", activation="gelu",
+                                         approximate=approximate, order="act_norm", num_groups=num_groups,
+                                         norm_weight=gn_weight, norm_bias=gn_bias, eps=eps)
+    if split_normalize:
+        act, mean, rstd = torch.ops.myops.conv_transpose2d_gelu_group_stats(input, weight, bias, *conv_args,
+                                                                             approximate, num_groups, eps)
+        return group_norm_with_stats(act, mean, rstd, gn_weight, gn_bias)
+    return torch.ops.myops.conv_transpose2d_gelu_group_norm(input, weight, bias, *conv_args, approximate, num_groups,
+                                                            gn_weight, gn_bias, eps)
+
+
+def _saves_conv(activation: str, negative_slope: float, *tensors: Optional[Tensor]) -> bool:
+    """Whether an act-first chain keeps its conv output for backward: in training (a gradient
+    recorded), where the activation's backward needs its input (gelu, silu; the op's own backward
+    would recompute the conv), unless myops.backends' recompute_conv asks for the low-memory form."""
+    from . import backends
+    from ._autograd import _needs_pre_activation
+    return (_needs_pre_activation(activation, negative_slope) and torch.is_grad_enabled()
+            and any(t is not None and t.requires_grad for t in tensors) and not backends.get_option("recompute_conv"))
+
+
+def _act_stats_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate, stats,
+                           num_groups):
+    """conv_transpose2d_act_stats's (out, mean, var) with the activation and the statistics as
+    torch ops on the op's plain conv: autograd then saves the conv output, and Inductor fuses the
+    activation and the statistics into one pass over it."""
+    conv, _, _ = _ACT_STATS(input, weight, bias, *conv_args, "none", 0.01, "none", "none", 1)
+    out = activation_fn(activation, negative_slope, approximate)(conv)
+    ct = torch.float64 if out.dtype == torch.float64 else torch.float32
+    if stats == "channel":
+        var, mean = torch.var_mean(out.to(ct), dim=[0, *range(2, out.dim())], correction=0)
+    else:
+        var, mean = torch.var_mean(out.to(ct).reshape(out.shape[0], num_groups, -1), dim=-1, correction=0)
+    return out, mean, var
 
 
 def _eager(x: Tensor) -> bool:

@@ -28,6 +28,7 @@ enum class Option : int {
   GeluVectors,     // -1: auto; 1, 2 or 4 16-byte vectors per thread in the GELU kernel
   Hopper,          // sm_90 features (clusters, programmatic dependent launch, the Hopper engine)
   CpuReference,    // the CPU conv by our GEMM + col2im reference instead of ATen's (oneDNN)
+  RecomputeConv,   // training: act-first family chains recompute the conv in backward (myops/norm_act.py)
   kCount
 };
 
