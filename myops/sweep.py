@@ -84,8 +84,7 @@ def layers() -> List[Layer]:
     out.append(Layer(3, 32, _sq(4), _sq(2), _sq(1)))
     for k in (2, 3, 4, 5, 7):  # square kernels at stride 1 (padding keeps the size) and stride 2
         out.append(Layer(64, 64, _sq(k), _sq(1), _sq(k // 2)))
-        out.append(Layer(128, 64, _sq(k), _sq(2), _sq((k - 1) // 2)))
-    out.append(Layer(2 * 64, 64, _sq(2), _sq(2)))  # k2 s2: no overlap between taps
+        out.append(Layer(64, 128, _sq(k), _sq(2), _sq((k - 1) // 2)))  # (k2 s2: taps without overlap)
     for k, s in (((1, 7), (1, 2)), ((7, 1), (2, 1)), ((3, 5), (2, 3)), ((3, 7), (1, 1)), ((5, 3), (1, 2))):
         out.append(Layer(64, 64, k, s, (k[0] // 2, k[1] // 2)))
     for c in (16, 64, 256):  # stride 3

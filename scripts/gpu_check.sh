@@ -52,6 +52,16 @@ step demo_dcgan_generator python3 compile_demos/dcgan_generator.py
 # the compile pass's measured selection (enable(measure=True)): the same demos, chains timed at compile time
 step demo_vae_up_block_measured python3 compile_demos/vae_up_block.py --measure
 step demo_dcgan_generator_measured python3 compile_demos/dcgan_generator.py --measure
+# issue-sized measurements: the layer sweep (standalone convs against every stock choice) and the
+# family's chains, inference and a training step, float32 and bfloat16
+FAMILY=dcgan_bn_relu,pix2pix_bn,cyclegan_in_relu,decoder_gn_silu
+step sweep_fp32 python3 -m myops.bench --sweep --dtype float32 --json "$OUT/sweep_fp32.json"
+step sweep_bf16 python3 -m myops.bench --sweep --dtype bfloat16 --json "$OUT/sweep_bf16.json"
+step family_fp32 python3 -m myops.bench --dtype float32 --workloads "$FAMILY,L2_19,L2_11"
+step family_bf16 python3 -m myops.bench --dtype bfloat16 --workloads "$FAMILY,L2_19,L2_11"
+step train_fp32 python3 -m myops.bench --train --dtype float32 --workloads "$FAMILY,L2_19,L2_11"
+step train_bf16 python3 -m myops.bench --train --dtype bfloat16 --workloads "$FAMILY,L2_19,L2_11"
+step demos bash -c "cd compile_demos && python3 architectures_demo.py --dtype bfloat16 && python3 architectures_demo.py --dtype float32"
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step bench python3 -m myops.bench --json "$OUT/bench.json" "$@"
   [ -f "$OUT/bench.log" ] && grep '^|' "$OUT/bench.log"

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from myops import bench
 from myops._timing import median_ms_each
@@ -48,3 +49,31 @@ def test_plot_with_matplotlib(tmp_path):
     path = tmp_path / "bench.png"
     bench.main(["--device", "cpu", "--workloads", "gelu", "--no-compile", "--reps", "1", "--plot", str(path)])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_rows_and_summary(tmp_path):
+    # --sweep on the CPU: the first layers in both layouts, every stock column, the summary lines
+    from myops import sweep
+    page = tmp_path / "perf.md"
+    rows = bench.main(["--device", "cpu", "--sweep", "--sweep-limit", "2", "--sweep-target-ms", "0.2", "--reps", "1",
+                       "--no-compile", "--markdown", str(page)])
+    assert [(r["layer"], r["layout"]) for r in rows] == [
+        (layer.name, layout) for layer in sweep.layers()[:2] for layout in ("nchw", "channels_last")]
+    for r in rows:
+        assert r["myops_ms"] > 0 and r["ours_ms"] > 0 and r["eager_ms"] > 0 and r["floor_ms"] > 0
+        assert ("eager_cl_ms" in r) == (r["layout"] == "nchw")
+        assert r["vs_best_stock"] > 0 and r["myops_rel_l2"] < 1e-5
+    text = page.read_text()
+    assert "layer sweep" in text and "geometric mean" in text and "worst:" in text
+
+
+def test_sweep_layers_are_distinct_and_sized_to_the_target():
+    from myops import sweep
+    layers = sweep.layers()
+    assert len({layer.name for layer in layers}) == len(layers) >= 50
+    ceilings = sweep.Ceilings(flops_per_ms=1e9, bytes_per_ms=1e7)
+    for layer in layers:
+        n, h, w = sweep.size_for(layer, torch.float32, ceilings, 1.0)
+        floor = ceilings.floor_ms(*sweep._flops_bytes(layer, n, h, w, torch.float32))
+        assert floor <= 1.0 or (n, h) == (8, 8)  # grown while under the target
+        assert all(o > 0 for o in layer.out_hw(h, w))
