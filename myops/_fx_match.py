@@ -6,6 +6,7 @@ torch.conv_transpose2d, F.gelu, F.group_norm) and on torch.export graphs (aten.c
 aten.convolution(transposed=True), aten.gelu, aten.group_norm / aten.native_group_norm). Every
 scalar of a match is read from the matched nodes and checked; nothing is a wildcard.
 """
+import logging
 import operator
 import warnings
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from torch import fx
 from .ops import conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm as fused_api
 from .norm_act import gelu_group_norm_chain
 from .ops import group_norm_with_stats
+
+log = logging.getLogger("myops.compile")
 
 aten = torch.ops.aten
 
@@ -421,35 +424,42 @@ def routes(standalone_conv: Union[bool, str], conv) -> bool:
 StandaloneConv = Union[bool, str]
 
 
-def rewrite_graph(graph: fx.Graph, standalone_conv: StandaloneConv = False, split_normalize: bool = False,
-                  devices: Optional[Tuple[str, ...]] = None, accept: Accept = None) -> Dict[str, int]:
-    """Rewrites the chains in place; returns {pattern name: replacements}. split_normalize: see
-    _rewrite_gelu_chains (torch.compile's pass sets it: Inductor then generates the consumers).
-    standalone_conv: which other transposed convolutions become myops.conv_transpose2d: all
-    (True), none (False), or "auto" (routed_by_default).
+def rewrite_graph(graph: fx.Graph, split_normalize: bool = False, devices: Optional[Tuple[str, ...]] = None,
+                  accept: Accept = None) -> Dict[str, int]:
+    """Rewrites the seed chains in place; returns {pattern name: replacements}. split_normalize:
+    see _rewrite_gelu_chains (torch.compile's pass sets it: Inductor then generates the consumers).
     devices: the device types (e.g. ("cuda",)) whose chains are rewritten; None: every device.
-    accept: called with each matched chain's Candidate; a chain is rewritten where it returns True."""
+    accept: called with each matched chain's Candidate; a chain is rewritten where it returns True.
+    (The family's chains: _chains; the standalone convs: route_standalone_convs.)"""
     counts = {"conv_transpose2d_gelu_group_norm": 0, "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm": 0,
               "conv_transpose2d": 0}
     counts["conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"] = _rewrite_batch_norm_chains(graph, devices, accept)
     counts["conv_transpose2d_gelu_group_norm"] = _rewrite_gelu_chains(graph, split_normalize, devices, accept)
-    route_standalone_convs(graph, standalone_conv, devices, accept, counts)
     return counts
 
 
 def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, devices: Optional[Tuple[str, ...]],
-                           accept: Accept, counts: Dict[str, int]) -> None:
+                           accept: Accept, counts: Dict[str, int], found: Optional[Dict[str, int]] = None) -> None:
     """The transposed convolutions outside chains that standalone_conv sends to myops (see
-    rewrite_graph), counted into counts."""
-    if not standalone_conv:
-        return
+    rewrite_graph), counted into counts (and every one seen into found); each one left is logged
+    with its reason."""
     for dims, op in ((2, torch.ops.myops.conv_transpose2d.default), (1, torch.ops.myops.conv_transpose1d.default)):
         kind = op._schema.name.split("::")[1]
         for node in list(graph.nodes):
             conv = _conv_args(node, devices, dims=dims)
-            if conv is None or not routes(standalone_conv, conv):
+            if conv is None:
                 continue
-            if dims == 2 and accept is not None and not accept(_conv_candidate(conv)):
+            if found is not None:
+                found[kind] = found.get(kind, 0) + 1
+            reason = None
+            if not routes(standalone_conv, conv):
+                reason = ("conv_transpose2d=False" if not standalone_conv else
+                          f"conv_transpose2d=\"auto\" routes every conv on {'/'.join(ROUTED_DEVICES)} and, "
+                          "elsewhere, image heads after a rewritten chain")
+            elif dims == 2 and accept is not None and not accept(_conv_candidate(conv)):
+                reason = "measured slower"
+            if reason is not None:
+                log.info("myops.compile: standalone %s left to Inductor: %s", kind, reason)
                 continue
             _replace(graph, node, [], op, conv)
             counts[kind] = counts.get(kind, 0) + 1

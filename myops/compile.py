@@ -58,10 +58,10 @@ def _rewrite(graph: torch.fx.Graph, **options) -> Dict[str, int]:
     rewrites."""
     accept, devices = options.get("accept"), options.get("devices")
     standalone = options.pop("standalone_conv", False)
-    counts = _fx_match.rewrite_graph(graph, standalone_conv=False, **options)
+    counts = _fx_match.rewrite_graph(graph, **options)
     found: Dict[str, int] = dict(counts)
     _chains.rewrite_chains(graph, devices, found, counts, accept, standalone)
-    _fx_match.route_standalone_convs(graph, standalone, devices, accept, counts)
+    _fx_match.route_standalone_convs(graph, standalone, devices, accept, counts, found)
     for name, n in found.items():
         _found[name] = _found.get(name, 0) + n
         _stats.setdefault(name, 0)  # (a kind found is listed, rewritten or not)
