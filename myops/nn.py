@@ -206,7 +206,8 @@ class ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm(nn.Module):
 
 
 # The family's layers (exact types): normalisation -> the API's norm name; activation -> its name
-_NORMS = {nn.BatchNorm2d: "batch_norm", nn.InstanceNorm2d: "instance_norm", nn.GroupNorm: "group_norm"}
+_NORMS = {nn.BatchNorm2d: "batch_norm", nn.SyncBatchNorm: "sync_batch_norm", nn.InstanceNorm2d: "instance_norm",
+          nn.GroupNorm: "group_norm"}
 _ACTIVATIONS = {nn.ReLU: "relu", nn.LeakyReLU: "leaky_relu", nn.SiLU: "silu", nn.GELU: "gelu", nn.Tanh: "tanh",
                 nn.Sigmoid: "sigmoid"}
 
@@ -217,10 +218,13 @@ def _norm_kwargs(norm: nn.Module, read) -> Tuple[dict, Optional[Tensor]]:
     if isinstance(norm, nn.GroupNorm):
         return dict(norm="group_norm", num_groups=norm.num_groups, norm_weight=read(norm, "weight"),
                     norm_bias=read(norm, "bias"), eps=norm.eps), None
-    if isinstance(norm, nn.BatchNorm2d):
+    if isinstance(norm, (nn.BatchNorm2d, nn.SyncBatchNorm)):
         (running_mean, running_var, weight, bias, training, momentum, eps), owed = _batch_norm_arguments(norm, read)
-        return dict(norm="batch_norm", running_mean=running_mean, running_var=running_var, norm_weight=weight,
-                    norm_bias=bias, training=training, momentum=momentum, eps=eps), owed
+        kwargs = dict(norm="batch_norm", running_mean=running_mean, running_var=running_var, norm_weight=weight,
+                      norm_bias=bias, training=training, momentum=momentum, eps=eps)
+        if isinstance(norm, nn.SyncBatchNorm):
+            kwargs.update(norm="sync_batch_norm", process_group=norm.process_group)
+        return kwargs, owed
     return dict(norm="instance_norm", running_mean=read(norm, "running_mean"), running_var=read(norm, "running_var"),
                 norm_weight=read(norm, "weight"), norm_bias=read(norm, "bias"),
                 training=norm.training or not norm.track_running_stats,
@@ -237,8 +241,8 @@ def _activation_kwargs(act: nn.Module) -> dict:
 
 
 class ConvTranspose2dNormAct(nn.Module):
-    """A transposed convolution, a normalisation (``nn.BatchNorm2d``, ``nn.InstanceNorm2d``,
-    ``nn.GroupNorm``) and an activation (``nn.ReLU``, ``nn.LeakyReLU``, ``nn.SiLU``, ``nn.GELU``,
+    """A transposed convolution, a normalisation (``nn.BatchNorm2d``, ``nn.SyncBatchNorm``,
+    ``nn.InstanceNorm2d``, ``nn.GroupNorm``) and an activation (``nn.ReLU``, ``nn.LeakyReLU``, ``nn.SiLU``, ``nn.GELU``,
     ``nn.Tanh``, ``nn.Sigmoid``; or none), in either order, as one call to
     :func:`myops.conv_transpose2d_norm_act`. Built over existing layers with :meth:`from_modules`
     (or by :func:`swap_modules`); its children are those layers, in their order. The norm behaves

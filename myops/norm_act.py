@@ -15,12 +15,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _autocast, _shapes
+from ._sync_batch_norm import global_channel_stats, needs_sync
 from .ops import (IntOrPair, _conv_args, _conv_output_hw, _single, group_norm_with_stats, per_channel,
                   update_running_stats)
 
 _ACT_STATS = torch.ops.myops.conv_transpose2d_act_stats.default
 
-NORMS = ("none", "batch_norm", "instance_norm", "group_norm")
+NORMS = ("none", "batch_norm", "sync_batch_norm", "instance_norm", "group_norm")
 ACTIVATIONS = _shapes.ACTIVATIONS
 ORDERS = ("norm_act", "act_norm")
 
@@ -64,7 +65,8 @@ def conv_transpose2d_norm_act(
         norm_weight: Optional[Tensor] = None, norm_bias: Optional[Tensor] = None,
         running_mean: Optional[Tensor] = None, running_var: Optional[Tensor] = None, training: bool = True,
         momentum: Optional[float] = 0.1, eps: float = 1e-5, negative_slope: float = 0.01, approximate: str = "none",
-        num_batches_tracked: Optional[Tensor] = None, return_conv: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        num_batches_tracked: Optional[Tensor] = None, return_conv: bool = False,
+        process_group=None) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """``activation(norm(conv_transpose2d(input, ...)))`` (``order="norm_act"``) or
     ``norm(activation(conv_transpose2d(input, ...)))`` (``order="act_norm"``).
 
@@ -75,6 +77,10 @@ def conv_transpose2d_norm_act(
       buffers, when given, are updated in place as there (``momentum=None``: the cumulative
       average over ``num_batches_tracked``, as ``nn.BatchNorm2d``); ``num_batches_tracked``, when
       given, is incremented in training.
+    - ``"sync_batch_norm"``: as ``nn.SyncBatchNorm``: batch_norm whose batch statistics, in
+      training inside an initialised process group of more than one rank, are those of every
+      rank's batch together (``process_group``, default the world; each rank calls it in step),
+      the running buffers updated with them.
     - ``"instance_norm"``: as ``F.instance_norm(x, running_mean, running_var, norm_weight,
       norm_bias, use_input_stats=training, momentum, eps)``.
     - ``"group_norm"``: as ``F.group_norm(x, num_groups, norm_weight, norm_bias, eps)``.
@@ -100,6 +106,8 @@ def conv_transpose2d_norm_act(
     if weight.dim() >= 2:
         _check_per_channel(input, weight.shape[1] * conv_args[3], norm_weight=norm_weight, norm_bias=norm_bias,
                            running_mean=running_mean, running_var=running_var)
+    sync = norm == "sync_batch_norm" and needs_sync(training, process_group)
+    norm = "batch_norm" if norm == "sync_batch_norm" else norm
     batch_stats = norm == "group_norm" or (norm in ("batch_norm", "instance_norm") and training)
     stats, groups_n = _stats_kind(norm, batch_stats, num_groups, running_mean, running_var, input, weight,
                                   conv_args)
@@ -112,8 +120,11 @@ def conv_transpose2d_norm_act(
     if norm == "none":
         y = out if act_first else activation_fn(activation, negative_slope, approximate)(out)
         return (y, out) if return_conv else y
+    count = None
+    if sync:
+        mean, var, count = global_channel_stats(mean, var, out.numel() // max(out.shape[1], 1), process_group)
     if batch_stats and running_mean is not None and running_var is not None:
-        _update_running(norm, out, running_mean, running_var, mean, var, momentum, num_batches_tracked)
+        _update_running(norm, out, running_mean, running_var, mean, var, momentum, num_batches_tracked, count)
     elif norm == "batch_norm" and training and num_batches_tracked is not None:
         num_batches_tracked.add_(1)
     if not batch_stats:
@@ -239,14 +250,14 @@ def _stats_kind(norm: str, batch_stats: bool, num_groups: Optional[int], running
 
 
 def _update_running(norm: str, out: Tensor, running_mean: Tensor, running_var: Tensor, mean: Tensor, var: Tensor,
-                    momentum: Optional[float], num_batches_tracked: Optional[Tensor]) -> None:
+                    momentum: Optional[float], num_batches_tracked: Optional[Tensor], count=None) -> None:
     """The running buffers' step as F.batch_norm / F.instance_norm take it (instance_norm: the
     batch's mean of the per-sample statistics; each sample's variance made unbiased over its
-    pixels)."""
+    pixels); count: the values per channel the statistics cover (default out's: N x H x W)."""
     hw = math.prod(out.shape[2:])
     if norm == "instance_norm":
         count, mean, var = hw, mean.mean(0), var.mean(0)
-    else:
+    elif count is None:
         count = out.shape[0] * hw
     if momentum is None:  # nn.BatchNorm2d's cumulative moving average
         if num_batches_tracked is None:

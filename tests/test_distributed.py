@@ -109,3 +109,46 @@ def _free_port():
 
 def test_ddp_and_fsdp2_keep_the_rewrites_and_the_gradients():
     mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+
+
+def _sync_batch_norm_worker(rank, port):
+    # nn.SyncBatchNorm in the family (the drop-in module over converted layers): each rank's output
+    # and input gradient are its slice of one process's BatchNorm over the whole batch, the
+    # parameter gradients summed over the ranks are that process's, the running buffers its own;
+    # the ranks hold 3 and 2 samples (statistics weighted by count)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        import myops
+        torch.manual_seed(0)
+        x = torch.randn(5, 6, 4, 4)
+        g = torch.randn(5, 8, 7, 7)
+        rows = slice(0, 3) if rank == 0 else slice(3, 5)
+        layers = nn.Sequential(nn.ConvTranspose2d(6, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.ReLU())
+        with torch.no_grad():
+            layers[1].weight.uniform_(0.5, 1.5)
+            layers[1].bias.uniform_(-0.5, 0.5)
+        reference = copy.deepcopy(layers)
+        synced = nn.SyncBatchNorm.convert_sync_batchnorm(copy.deepcopy(layers))
+        block = myops.nn.ConvTranspose2dNormAct.from_modules(*synced)
+        for step in range(2):  # the second step normalises with the same rule, buffers moved twice
+            x_ref = x.clone().requires_grad_()
+            y_ref = reference(x_ref)
+            (y_ref * g).sum().backward()
+            x_own = x[rows].clone().requires_grad_()
+            y = block(x_own)
+            (y * g[rows]).sum().backward()
+            torch.testing.assert_close(y, y_ref[rows], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(x_own.grad, x_ref.grad[rows], atol=1e-5, rtol=1e-4)
+        for p, p_ref in zip(block.parameters(), reference.parameters()):
+            grad = p.grad.clone()
+            dist.all_reduce(grad)
+            torch.testing.assert_close(grad, p_ref.grad, atol=1e-4, rtol=1e-4)
+        for b, b_ref in zip(block.buffers(), reference.buffers()):
+            torch.testing.assert_close(b, b_ref, atol=1e-6, rtol=1e-5)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sync_batch_norm_in_the_family():
+    mp.spawn(_sync_batch_norm_worker, args=(_free_port(),), nprocs=WORLD, join=True)

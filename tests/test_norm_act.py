@@ -392,3 +392,16 @@ def test_training_saves_the_conv_unless_recompute_is_asked(device, recompute, ac
     ref = F.group_norm(_torch_activation(_activation_kwargs(activation))(F.conv_transpose2d(x64, w64, b64, 2, 1)), 3)
     for got, want in zip((gx, gw, gb), torch.autograd.grad(ref, (x64, w64, b64), g.double())):
         assert_matches(got, want, tolerance(torch.float32, device) * 10)
+
+
+def test_sync_batch_norm_outside_a_process_group_is_batch_norm():
+    # as nn.SyncBatchNorm: without an initialised process group (or in eval) it normalises as
+    # batch_norm does, running buffers included (the cross-rank case: test_distributed.py)
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4, 5, 5), torch.randn(4, 6, 3, 3) / 6
+    buffers = [(torch.zeros(6), torch.ones(6)) for _ in range(2)]
+    ys = [myops.conv_transpose2d_norm_act(x, w, None, 2, 1, norm=norm, activation="relu", running_mean=rm,
+                                          running_var=rv, training=True)
+          for norm, (rm, rv) in zip(("sync_batch_norm", "batch_norm"), buffers)]
+    assert torch.equal(ys[0], ys[1])
+    assert all(torch.equal(a, b) for a, b in zip(*buffers))
