@@ -111,6 +111,10 @@ def conv_transpose2d_norm_act(
     batch_stats = norm == "group_norm" or (norm in ("batch_norm", "instance_norm") and training)
     stats, groups_n = _stats_kind(norm, batch_stats, num_groups, running_mean, running_var, input, weight,
                                   conv_args)
+    if input.device.type == "cpu" and input.dim() == 4 and not _eager(input):
+        # traced for the CPU (torch.compile): oneDNN's channels-last conv is the faster one, and
+        # Inductor reads the output where it lies, as it does after its own convs
+        input = input.contiguous(memory_format=torch.channels_last)
     if act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias):
         out, mean, var = _act_stats_saving_conv(input, weight, bias, conv_args, activation, negative_slope,
                                                 approximate, stats, groups_n)

@@ -80,10 +80,25 @@ at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& w
   if (option(Option::CpuReference) != 0 || p.N == 0) return conv_transpose2d_reference(input, weight, bias, p);
   const auto ct = compute_dtype(input.scalar_type());
   const at::Tensor b = bias.has_value() ? bias->to(ct) : at::Tensor();
-  // NCHW whatever the input's layout: the same bits for both (oneDNN's NHWC path sums in another order)
+  // NCHW whatever the input's layout (the fused seed ops' passes read NCHW; the same bits for both
+  // layouts: oneDNN's NHWC path sums in another order)
   return at::conv_transpose2d(input.to(ct).contiguous(), weight.to(ct).contiguous(), b, {p.sH, p.sW}, {p.pH, p.pW},
                               {p.opH, p.opW}, p.groups, {p.dH, p.dW})
       .contiguous();
+}
+
+at::Tensor conv_transpose2d_in_layout(const at::Tensor& input, const at::Tensor& weight,
+                                     const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p) {
+  const at::MemoryFormat format = output_memory_format(input);
+  if (format != at::MemoryFormat::ChannelsLast || option(Option::CpuReference) != 0 || p.N == 0)
+    return conv_transpose2d_compute(input, weight, bias, p).contiguous(format);
+  // oneDNN's NHWC kernels on the input where it lies (it reorders the weight itself, faster than
+  // a channels-last copy of it): faster than its NCHW ones, and no transposes of input or output
+  const auto ct = compute_dtype(input.scalar_type());
+  const at::Tensor b = bias.has_value() ? bias->to(ct) : at::Tensor();
+  return at::conv_transpose2d(input.to(ct).contiguous(format), weight.to(ct), b, {p.sH, p.sW},
+                              {p.pH, p.pW}, {p.opH, p.opW}, p.groups, {p.dH, p.dW})
+      .contiguous(format);
 }
 
 namespace {
@@ -94,7 +109,7 @@ at::Tensor conv_transpose2d_cpu(const at::Tensor& input, const at::Tensor& weigh
                                 c10::SymInt groups, c10::SymIntArrayRef dilation) {
   const ConvTranspose2dParams p = check_conv_transpose2d(
       "conv_transpose2d", input, weight, bias, stride, padding, output_padding, groups, dilation);
-  return conv_transpose2d_compute(input, weight, bias, p)
+  return conv_transpose2d_in_layout(input, weight, bias, p)
       .to(input.scalar_type())
       .contiguous(output_memory_format(input));
 }

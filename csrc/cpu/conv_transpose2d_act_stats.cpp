@@ -1,6 +1,6 @@
-// myops::conv_transpose2d_act_stats on the CPU: the conv in the compute dtype, the activation on
-// it, rounded once to the input's dtype (as the CUDA epilogue stores it), and the statistics of
-// the stored values.
+// myops::conv_transpose2d_act_stats on the CPU: the conv in the compute dtype and the input's
+// layout, the activation on it, rounded once to the input's dtype (as the CUDA epilogue stores
+// it), and the statistics of the stored values.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -23,7 +23,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cpu(
   const ConvActStats a = check_conv_transpose2d_act_stats(kOp, input, weight, bias, stride, padding, output_padding,
                                                           groups, dilation, activation, negative_slope, approximate,
                                                           stats, num_groups);
-  const at::Tensor conv = conv_transpose2d_compute(input, weight, bias, a.conv);
+  const at::Tensor conv = conv_transpose2d_in_layout(input, weight, bias, a.conv);
   const at::Tensor out = aten_activation(conv, a.act, negative_slope, a.approx).to(input.scalar_type());
   auto [mean, var] = cpu_norm_stats(out, a.stats, num_groups);
   return {out.contiguous(output_memory_format(input)), mean, var};

@@ -15,6 +15,11 @@ at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& w
                                     const std::optional<at::Tensor>& bias,
                                     const ConvTranspose2dParams& p);
 
+// The same in the input's layout (output_memory_format): a channels-last input runs oneDNN's NHWC
+// kernels, whose sums differ in order from the NCHW ones (the plain conv and the family's conv step).
+at::Tensor conv_transpose2d_in_layout(const at::Tensor& input, const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p);
+
 // The CPU kernels of the BatchNorm chain's two ops, which the one-call op composes.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cpu(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,

@@ -1,8 +1,8 @@
 #pragma once
-// The statistics a normalisation takes from a contiguous NCHW tensor as stored: mean and biased
-// variance per channel over (N, H, W), or per (sample, group), in float32 (float64 for float64
-// input). Two passes per slice in float64 (elementwise.h's vectorised spans), parallel over the
-// slices; no elements: NaN variance, as torch.var_mean gives.
+// The statistics a normalisation takes from a tensor as stored (NCHW, or channels-last where it
+// lies): mean and biased variance per channel over (N, H, W), or per (sample, group), in float32
+// (float64 for float64 input). Two passes in float64, parallel over the slices (or, per channel of
+// an NHWC tensor, over fixed blocks of pixels added in order); no elements: NaN, as torch.var_mean.
 #include <ATen/ATen.h>
 
 #include <utility>
