@@ -115,7 +115,8 @@ def _sync_batch_norm_worker(rank, port):
     # nn.SyncBatchNorm in the family (the drop-in module over converted layers): each rank's output
     # and input gradient are its slice of one process's BatchNorm over the whole batch, the
     # parameter gradients summed over the ranks are that process's, the running buffers its own;
-    # the ranks hold 3 and 2 samples (statistics weighted by count)
+    # the ranks hold 3 and 2 samples (statistics weighted by count). Every collective runs before
+    # any check, so that a failed check on one rank cannot leave the other inside one.
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
@@ -131,6 +132,7 @@ def _sync_batch_norm_worker(rank, port):
         reference = copy.deepcopy(layers)
         synced = nn.SyncBatchNorm.convert_sync_batchnorm(copy.deepcopy(layers))
         block = myops.nn.ConvTranspose2dNormAct.from_modules(*synced)
+        checks = []
         for step in range(2):  # the second step normalises with the same rule, buffers moved twice
             x_ref = x.clone().requires_grad_()
             y_ref = reference(x_ref)
@@ -138,16 +140,19 @@ def _sync_batch_norm_worker(rank, port):
             x_own = x[rows].clone().requires_grad_()
             y = block(x_own)
             (y * g[rows]).sum().backward()
-            torch.testing.assert_close(y, y_ref[rows], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(x_own.grad, x_ref.grad[rows], atol=1e-5, rtol=1e-4)
-        for p, p_ref in zip(block.parameters(), reference.parameters()):
+            checks += [(f"output, step {step}", y, y_ref[rows], 1e-5), (f"input grad, step {step}", x_own.grad,
+                                                                          x_ref.grad[rows], 1e-5)]
+        for i, (p, p_ref) in enumerate(zip(block.parameters(), reference.parameters())):
             grad = p.grad.clone()
             dist.all_reduce(grad)
-            torch.testing.assert_close(grad, p_ref.grad, atol=1e-4, rtol=1e-4)
-        for b, b_ref in zip(block.buffers(), reference.buffers()):
-            torch.testing.assert_close(b, b_ref, atol=1e-6, rtol=1e-5)
+            checks.append((f"parameter {i} grad", grad, p_ref.grad, 1e-4))
+        checks += [(f"buffer {i}", b, b_ref, 1e-6) for i, (b, b_ref) in enumerate(zip(block.buffers(),
+                                                                                     reference.buffers()))]
     finally:
         dist.destroy_process_group()
+    for what, got, want, atol in checks:
+        torch.testing.assert_close(got, want, atol=atol * max(1.0, want.abs().max().item()), rtol=1e-4,
+                                   msg=lambda m: f"rank {rank}, {what}: {m}")
 
 
 def test_sync_batch_norm_in_the_family():
