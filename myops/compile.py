@@ -21,9 +21,10 @@ at the first call of each shape and keeps the fastest (myops.explain shows the c
 never loses to the cuDNN call Inductor makes; on other devices only the image heads after a
 rewritten chain (<= 4 output channels per group, input produced by a myops op).
 
-Which devices: by default the pass rewrites chains on CUDA tensors only. The CPU kernels are
-reference implementations (at::mm + col2im), slower than the oneDNN convolution Inductor calls
-on the CPU, so a CPU model compiled with the rewrite would run slower. ``enable(devices=None)`` rewrites on every device.
+Which devices: by default the pass rewrites chains on CUDA tensors only. On the CPU the ops run
+oneDNN's convolution (as Inductor does) and their own passes: about as fast as Inductor's own
+chains, not faster, so the default leaves them to it. ``enable(devices=None)`` rewrites on every
+device.
 
 Measured selection (``enable(measure=True)``): each matched chain is timed at compile time, on
 the graph's shapes and device with random inputs, as the fused op and as the chain in eager

@@ -347,8 +347,8 @@ def swap_modules(model: nn.Module) -> Dict[str, int]:
     a MaxPool2d that does not return indices. The fused modules hold the original layers, so the
     model's parameters and buffers are the same objects, but their state_dict keys change (``i.weight``
     -> ``i.conv.weight``): load checkpoints before swapping, or undo it with :func:`unswap_modules`.
-    On the CPU the fused ops are reference implementations, slower than PyTorch's own (the CUDA
-    kernels are the fast ones).
+    On the CPU the fused ops run oneDNN's convolution and their own passes: about as fast as
+    PyTorch's own layers (the CUDA kernels are the fast ones).
     """
     counts = {name: 0 for name in CHAINS}
     for sequential in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
