@@ -113,8 +113,10 @@ def conv_transpose2d_norm_act(
                                   conv_args)
     if input.device.type == "cpu" and input.dim() == 4 and not _eager(input):
         # traced for the CPU (torch.compile): oneDNN's channels-last conv is the faster one, and
-        # Inductor reads the output where it lies, as it does after its own convs
+        # Inductor reads the output where it lies, as it does after its own convs (the weight too
+        # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own)
         input = input.contiguous(memory_format=torch.channels_last)
+        weight = weight.contiguous(memory_format=torch.channels_last) if weight.dim() == 4 else weight
     if act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias):
         out, mean, var = _act_stats_saving_conv(input, weight, bias, conv_args, activation, negative_slope,
                                                 approximate, stats, groups_n)
