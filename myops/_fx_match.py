@@ -441,7 +441,7 @@ def rewrite_graph(graph: fx.Graph, split_normalize: bool = False, devices: Optio
 def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, devices: Optional[Tuple[str, ...]],
                            accept: Accept, counts: Dict[str, int], found: Optional[Dict[str, int]] = None) -> None:
     """The transposed convolutions outside chains that standalone_conv sends to myops (see
-    rewrite_graph), counted into counts (and every one seen into found); each one left is logged
+    routes), counted into counts (and every one seen into found); each one left is logged
     with its reason."""
     for dims, op in ((2, torch.ops.myops.conv_transpose2d.default), (1, torch.ops.myops.conv_transpose1d.default)):
         kind = op._schema.name.split("::")[1]

@@ -47,10 +47,11 @@ class _GlobalStats(torch.autograd.Function):
         share = ctx.n_i / n  # d(global mean) / d(local mean), d(global var) / d(local var)
         gm = share * grads[0] + 2 * share * (m - mean_all) * grads[1]
         gv = share * grads[1]
-        return gm.to(g_dtype(g_mean, g_var)), gv.to(g_dtype(g_mean, g_var)), None, None
+        dtype = _grad_dtype(g_mean, g_var)
+        return gm.to(dtype), gv.to(dtype), None, None
 
 
-def g_dtype(*grads: Optional[Tensor]) -> torch.dtype:
+def _grad_dtype(*grads: Optional[Tensor]) -> torch.dtype:
     return next(g.dtype for g in grads if g is not None)
 
 

@@ -178,14 +178,18 @@ def main(argv=None):
               file=sys.stderr, flush=True)
     print(_table(rows))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        _write_json(args.json, rows)
     if args.markdown:
         mode = ", training step" if rows[0].get("train") else ""
         _write_markdown(args.markdown, _title(rows[0], mode), _table(rows), device, argv, args.append)
     if args.plot:
         _plot(args.plot, rows, device)
     return rows
+
+
+def _write_json(path: str, rows) -> None:
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
 
 
 def _title(row, mode: str) -> str:
@@ -202,8 +206,7 @@ def _sweep(args, device: str, argv):
     text = sweep.table(rows)
     print(text)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        _write_json(args.json, rows)
     if args.markdown:
         _write_markdown(args.markdown, _title(rows[0], ", layer sweep"), text, device, argv, args.append)
     return rows

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import myops
+from ._shapes import conv_transpose_out_size
 from ._timing import queued_median_ms_each
 
 Pair = Tuple[int, int]
@@ -63,8 +64,8 @@ class Layer:
         return self.stride, self.padding, self.output_padding, self.groups, self.dilation
 
     def out_hw(self, h: int, w: int) -> Pair:
-        return tuple((i - 1) * s - 2 * p + d * (k - 1) + op + 1 for i, s, p, d, k, op in
-                     zip((h, w), self.stride, self.padding, self.dilation, self.kernel, self.output_padding))
+        return tuple(conv_transpose_out_size(i, k, s, p, op, d) for i, k, s, p, op, d in
+                     zip((h, w), self.kernel, self.stride, self.padding, self.output_padding, self.dilation))
 
 
 def _sq(v: int) -> Pair:
@@ -102,16 +103,12 @@ def layers() -> List[Layer]:
     return out
 
 
-def _elem(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _flops_bytes(layer: Layer, n: int, h: int, w: int, dtype: torch.dtype) -> Tuple[float, float]:
     oh, ow = layer.out_hw(h, w)
     taps = layer.kernel[0] * layer.kernel[1]
     flops = 2.0 * n * layer.c_in * h * w * (layer.c_out // layer.groups) * taps
     numel = n * layer.c_in * h * w + n * layer.c_out * oh * ow + layer.c_in * (layer.c_out // layer.groups) * taps
-    return flops, float(numel * _elem(dtype))
+    return flops, float(numel * dtype.itemsize)
 
 
 @dataclass

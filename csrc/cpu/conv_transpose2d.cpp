@@ -72,19 +72,27 @@ at::Tensor conv_transpose2d_reference(const at::Tensor& input, const at::Tensor&
   return out;
 }
 
+// ATen's (oneDNN's) transposed convolution of call p in the compute dtype, computed and returned
+// in `format`. NHWC: oneDNN reorders an NCHW weight itself, faster than a channels-last copy of it.
+at::Tensor aten_conv(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                     const ConvTranspose2dParams& p, at::MemoryFormat format) {
+  const auto ct = compute_dtype(input.scalar_type());
+  const at::Tensor b = bias.has_value() ? bias->to(ct) : at::Tensor();
+  const at::Tensor w = format == at::MemoryFormat::ChannelsLast ? weight.to(ct) : weight.to(ct).contiguous();
+  return at::conv_transpose2d(input.to(ct).contiguous(format), w, b, {p.sH, p.sW}, {p.pH, p.pW}, {p.opH, p.opW},
+                              p.groups, {p.dH, p.dW})
+      .contiguous(format);
+}
+
 }  // namespace
 
 at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias,
                                     const ConvTranspose2dParams& p) {
   if (option(Option::CpuReference) != 0 || p.N == 0) return conv_transpose2d_reference(input, weight, bias, p);
-  const auto ct = compute_dtype(input.scalar_type());
-  const at::Tensor b = bias.has_value() ? bias->to(ct) : at::Tensor();
   // NCHW whatever the input's layout (the fused seed ops' passes read NCHW; the same bits for both
   // layouts: oneDNN's NHWC path sums in another order)
-  return at::conv_transpose2d(input.to(ct).contiguous(), weight.to(ct).contiguous(), b, {p.sH, p.sW}, {p.pH, p.pW},
-                              {p.opH, p.opW}, p.groups, {p.dH, p.dW})
-      .contiguous();
+  return aten_conv(input, weight, bias, p, at::MemoryFormat::Contiguous);
 }
 
 at::Tensor conv_transpose2d_in_layout(const at::Tensor& input, const at::Tensor& weight,
@@ -92,13 +100,8 @@ at::Tensor conv_transpose2d_in_layout(const at::Tensor& input, const at::Tensor&
   const at::MemoryFormat format = output_memory_format(input);
   if (format != at::MemoryFormat::ChannelsLast || option(Option::CpuReference) != 0 || p.N == 0)
     return conv_transpose2d_compute(input, weight, bias, p).contiguous(format);
-  // oneDNN's NHWC kernels on the input where it lies (it reorders the weight itself, faster than
-  // a channels-last copy of it): faster than its NCHW ones, and no transposes of input or output
-  const auto ct = compute_dtype(input.scalar_type());
-  const at::Tensor b = bias.has_value() ? bias->to(ct) : at::Tensor();
-  return at::conv_transpose2d(input.to(ct).contiguous(format), weight.to(ct), b, {p.sH, p.sW},
-                              {p.pH, p.pW}, {p.opH, p.opW}, p.groups, {p.dH, p.dW})
-      .contiguous(format);
+  // oneDNN's NHWC kernels on the input where it lies: faster than its NCHW ones, and no transposes
+  return aten_conv(input, weight, bias, p, format);
 }
 
 namespace {

@@ -2,10 +2,8 @@
 // mean and biased variance over (N, H, W) of the output as stored (rounded to its dtype), in
 // float32 (float64 for float64 input): cpu_norm_stats.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <limits>
 #include <tuple>
 
 #include "cpu/cpu_kernels.h"

@@ -79,9 +79,9 @@ bool cudnn_may_be_timed();
 // cudnn: its passes read either layout of cuDNN's output).
 std::optional<ConvSource> forced_conv_source(const char* op);
 
-// Whose conv runs a call (cudnn_choice.h): ours, or where cuDNN is a candidate, the faster of ours
-// and cuDNN's for the call's shape (timed at its first call, cached per shape and options) unless
-// timing is not allowed; myops.backends' conv_source forces either. run(source) runs the whole op.
+// Whose conv runs a call (cudnn_choice.h): the fastest of conv_source_candidates for the call's
+// shape (timed at its first call, cached per shape and options), ours where timing is not allowed;
+// myops.backends' conv_source forces one. run(source) runs the whole op.
 // extra(): the op's own arguments that change its cost, as a string (built only for a timed
 // choice: most calls return before the key, and the string is host time before the first kernel).
 // The timed choice's key of a call: op, extra (the op's own arguments), shapes, layout, bias,
@@ -93,10 +93,8 @@ template <typename Extra, typename Run>
 ConvSource conv_source(const char* op, const ConvTranspose2dParams& p, const at::Tensor& input,
                        const std::optional<at::Tensor>& bias, const Extra& extra, const Run& run) {
   if (const auto forced = forced_conv_source(op)) return *forced;
-  const std::vector<ConvSource> candidates = conv_source_candidates(op, input);
-  if (candidates.size() < 2) return ConvSource::Myops;
   return timed_conv_source(conv_source_key(op, extra(), p, input, bias.has_value()),
-                           at::cuda::getCurrentCUDAStream(), cudnn_may_be_timed(), candidates,
+                           at::cuda::getCurrentCUDAStream(), cudnn_may_be_timed(), conv_source_candidates(op, input),
                            [&](ConvSource s) { run(s); });
 }
 
