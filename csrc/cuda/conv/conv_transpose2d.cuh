@@ -32,7 +32,7 @@ struct ConvEpilogue {
   // F.<act> on bias + accumulator, before the store and the statistics (cuda/common/activation.cuh)
   Activation act = Activation::None;
   GeluApprox approx = GeluApprox::None;  // Activation::Gelu's form
-  float negative_slope = 0.01f;          // Activation::LeakyRelu's
+  double negative_slope = 0.01;          // Activation::LeakyRelu's; double, as float64 outputs need it
   // If set: per (n, c_out, pixel tile) the (count, mean, M2) of the epilogue's output as stored
   // (after rounding to the output dtype, so that the normalise pass sees the same values), in
   // the accumulation type (double for float64, else float), laid out

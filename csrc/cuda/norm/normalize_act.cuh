@@ -11,7 +11,7 @@ namespace cuda {
 struct ActivationSpec {
   Activation act = Activation::None;
   GeluApprox approx = GeluApprox::None;
-  float negative_slope = 0.01f;
+  double negative_slope = 0.01;
 };
 
 // y[n, c, ...] = act((x[n, c, ...] - mean[n, c]) * scale[n, c] + shift[n, c]) over x [N, C, HW],

@@ -62,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cuda(
       cuda::ConvEpilogue ep;
       ep.act = a.act;
       ep.approx = a.approx;
-      ep.negative_slope = static_cast<float>(negative_slope);
+      ep.negative_slope = negative_slope;
       if (want_stats) {
         partials = at::empty({p.N, p.C_out, k.plan.tiles_per_sample, 3},
                              input.options().dtype(compute_dtype(input.scalar_type())));

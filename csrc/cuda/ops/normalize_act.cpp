@@ -22,7 +22,7 @@ at::Tensor normalize_act_cuda(const at::Tensor& input, const at::Tensor& mean, c
   cuda::ActivationSpec spec;
   spec.act = a.act;
   spec.approx = a.approx;
-  spec.negative_slope = static_cast<float>(negative_slope);
+  spec.negative_slope = negative_slope;
   check_launch(cuda::normalize_act(a.x.const_data_ptr(), out.data_ptr(), kernel_dtype(a.x.scalar_type()), a.N, a.C,
                                    a.HW, a.channels_last, a.mean.const_data_ptr(), a.scale.const_data_ptr(),
                                    a.shift.const_data_ptr(), spec, at::cuda::getCurrentCUDAStream()),
