@@ -17,6 +17,9 @@ def pytest_addoption(parser):
     # e.g. --myops-option hopper=0: the whole suite as on a GPU without sm_90 features
     parser.addoption("--myops-option", action="append", default=[], metavar="NAME=VALUE",
                      help="a myops.backends option for every test (an int, or a name such as 'never')")
+    # e.g. --myops-shard 2/3: every third test from the second on; the GPU suite runs in shards
+    # that each fit one device call
+    parser.addoption("--myops-shard", default=None, metavar="I/N", help="run only shard I of N (1-based)")
 
 
 # the --myops-option values of this run (pytest_configure)
@@ -25,6 +28,19 @@ SESSION_OPTIONS = {}
 
 def pytest_configure(config):
     SESSION_OPTIONS.update(_session_options(config))
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = config.getoption("--myops-shard")
+    if shard is None:
+        return
+    index, _, count = shard.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise pytest.UsageError(f"--myops-shard: expected I/N with 1 <= I <= N, got {shard!r}")
+    index, count = int(index), int(count)
+    kept = [item for i, item in enumerate(items) if i % count == index - 1]
+    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % count != index - 1])
+    items[:] = kept
 
 
 def _session_options(config):
