@@ -275,24 +275,28 @@ def _update_running(norm: str, out: Tensor, running_mean: Tensor, running_var: T
                          num_batches_tracked if norm == "batch_norm" else None)
 
 
-def _per_sample_channel(stat: Tensor, x: Tensor) -> Tensor:
-    """A [C] or [N, G] statistic of x [N, C, *] as a contiguous [N, C] tensor."""
-    return per_channel(stat, x).expand([x.shape[0], x.shape[1]] + [1] * (x.dim() - 2)).reshape(
-        x.shape[0], x.shape[1]).contiguous()
+def _per_sample_channel(stat: Tensor, channels: int) -> Tensor:
+    """A [C] or [N, G] statistic as [N, C] values or [C] (broadcast by the caller): each group's
+    value repeated for its channels."""
+    if stat.dim() == 2 and stat.shape[1] != channels:
+        return stat.repeat_interleave(channels // stat.shape[1], dim=1)
+    return stat
 
 
 def normalize_one_pass(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Optional[Tensor],
                        bias: Optional[Tensor], activation: str = "none", negative_slope: float = 0.01,
                        approximate: str = "none") -> Tensor:
     """:func:`normalize` with the activation ``activation`` as one read and one write of x (the op
-    myops::normalize_act), for eager calls."""
+    myops::normalize_act), for eager calls. Its [N, C] parameters go as broadcast views (the op
+    makes them contiguous in C++): few small ops, as their dispatch is most of a small layer's time."""
+    n, c = x.shape[0], x.shape[1]
     ct = torch.float64 if x.dtype == torch.float64 else torch.float32
-    scale = _per_sample_channel((var.to(ct) + eps).rsqrt(), x)
+    scale = _per_sample_channel((var.to(ct) + eps).rsqrt(), c)
     if weight is not None:
         scale = scale * weight.to(ct)
-    shift = bias.to(ct).expand(x.shape[0], -1).contiguous() if bias is not None else torch.zeros_like(scale)
-    return torch.ops.myops.normalize_act(x, _per_sample_channel(mean.to(ct), x), scale, shift, activation,
-                                         float(negative_slope), approximate)
+    shift = bias.to(ct) if bias is not None else scale.new_zeros(())
+    return torch.ops.myops.normalize_act(x, _per_sample_channel(mean.to(ct), c).expand(n, c), scale.expand(n, c),
+                                         shift.expand(n, c), activation, float(negative_slope), approximate)
 
 
 def normalize(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Optional[Tensor], bias: Optional[Tensor],
