@@ -184,6 +184,26 @@ def test_act_stats_op_statistics(device):
     assert mean.numel() == var.numel() == 0
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_act_stats_op_statistics_channels_last(device, dtype):
+    # a channels-last output of several row blocks per sample (23 x 23 pixels), statistics per
+    # (sample, group of 2 channels), per (sample, channel) and per channel, of the output as stored
+    x = torch.randn(2, 4, 12, 12, device=device).to(dtype).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(4, 6, 3, 3, device=device).to(dtype)
+    for stats, groups in (("group", 3), ("group", 6), ("channel", 1)):
+        out, mean, var = myops.conv_transpose2d_act_stats(x, w, None, 2, 1, activation="gelu", stats=stats,
+                                                          num_groups=groups)
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        if stats == "group":
+            ref_var, ref_mean = torch.var_mean(f64(out).reshape(2, groups, -1), dim=-1, correction=0)
+        else:
+            ref_var, ref_mean = torch.var_mean(f64(out), dim=(0, 2, 3), correction=0)
+        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(f64(mean), ref_mean, atol=tol, rtol=tol)
+        torch.testing.assert_close(f64(var), ref_var, atol=tol, rtol=tol)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(norm="layer_norm"), "argument 'norm'"),
     (dict(activation="swish"), "argument 'activation'"),

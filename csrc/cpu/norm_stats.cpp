@@ -38,22 +38,34 @@ void slice_stats(const scalar_t* x, int64_t slices, First first, int64_t runs, i
 // statistic per (sample, group of C / G consecutive channels); per channel: one sample of every
 // image's pixels, G = C. Partial sums per channel over fixed blocks of rows (in parallel), then
 // added block by block in order (the same result for any thread count); a second pass for the
-// squared deviations.
+// squared deviations. The inner loops run over a row's channels with no index arithmetic, so
+// that they vectorise.
 template <typename scalar_t, typename stat_t>
 void row_stats(const scalar_t* x, int64_t samples, int64_t rows, int64_t C, int64_t G, stat_t* mean, stat_t* var) {
   constexpr int64_t kRows = 256;
   const int64_t blocks = (rows + kRows - 1) / kRows, C_g = C / G;
   const double count = static_cast<double>(rows * C_g);
-  std::vector<double> partial(samples * blocks * C), mu(samples * G, kNaN);
-  auto reduce = [&](auto term) {  // per (sample, group): the sum over its values of term(value, sample, channel)
+  std::vector<double> partial(samples * blocks * C);
+  // per (sample, group): the sum over its values of v, or of (v - centre[sample, channel])^2
+  auto reduce = [&](const double* centre) {
     at::parallel_for(0, samples * blocks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t sb = begin; sb < end; ++sb) {
         const int64_t s = sb / blocks, b = sb % blocks;
         double* acc = partial.data() + sb * C;
         std::fill(acc, acc + C, 0.0);
-        const scalar_t* x0 = x + s * rows * C;
-        for (int64_t r = b * kRows; r < std::min(rows, (b + 1) * kRows); ++r)
-          for (int64_t c = 0; c < C; ++c) acc[c] += term(static_cast<double>(x0[r * C + c]), s, c);
+        const scalar_t* row = x + (s * rows + b * kRows) * C;
+        const int64_t n_rows = std::min(rows, (b + 1) * kRows) - b * kRows;
+        if (centre == nullptr) {
+          for (int64_t r = 0; r < n_rows; ++r, row += C)
+            for (int64_t c = 0; c < C; ++c) acc[c] += static_cast<double>(row[c]);
+        } else {
+          const double* mu = centre + s * C;
+          for (int64_t r = 0; r < n_rows; ++r, row += C)
+            for (int64_t c = 0; c < C; ++c) {
+              const double d = static_cast<double>(row[c]) - mu[c];
+              acc[c] += d * d;
+            }
+        }
       }
     });
     std::vector<double> total(samples * G, 0.0);
@@ -62,12 +74,12 @@ void row_stats(const scalar_t* x, int64_t samples, int64_t rows, int64_t C, int6
         for (int64_t c = 0; c < C; ++c) total[s * G + c / C_g] += partial[(s * blocks + b) * C + c];
     return total;
   };
-  const std::vector<double> sum = reduce([](double v, int64_t, int64_t) { return v; });
+  const std::vector<double> sum = reduce(nullptr);
+  std::vector<double> mu(samples * G, kNaN), mu_channel(samples * C);
   for (int64_t i = 0; i < samples * G && count > 0; ++i) mu[i] = sum[i] / count;
-  const std::vector<double> m2 = reduce([&](double v, int64_t s, int64_t c) {
-    const double d = v - mu[s * G + c / C_g];
-    return d * d;
-  });
+  for (int64_t s = 0; s < samples; ++s)
+    for (int64_t c = 0; c < C; ++c) mu_channel[s * C + c] = mu[s * G + c / C_g];
+  const std::vector<double> m2 = reduce(mu_channel.data());
   for (int64_t i = 0; i < samples * G; ++i) {
     mean[i] = static_cast<stat_t>(mu[i]);
     var[i] = static_cast<stat_t>(count > 0 ? m2[i] / count : kNaN);
