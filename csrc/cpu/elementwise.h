@@ -86,11 +86,28 @@ double sum_sq_dev_span(const in_t* x, int64_t n, double center) {
   return m2;
 }
 
-// Mean and 1/sqrt(var + eps) of x[0, n), accumulated in float64 with a two-pass variance.
+// Mean and 1/sqrt(var + eps) of x[0, n), accumulated in float64: float64 inputs with a two-pass
+// variance; float32 / 16-bit ones in one read, as sums of deviations from the first value (a
+// float64 sum of float32 values loses nothing that matters unless the spread is ~1e-8 of the
+// distance between that value and the mean).
 template <typename in_t>
 void mean_rstd(const in_t* x, int64_t n, double eps, double& mean, double& rstd) {
-  mean = sum_span(x, n) / static_cast<double>(n);
-  rstd = 1.0 / std::sqrt(sum_sq_dev_span(x, n, mean) / static_cast<double>(n) + eps);
+  if constexpr (std::is_same_v<in_t, double>) {
+    mean = sum_span(x, n) / static_cast<double>(n);
+    rstd = 1.0 / std::sqrt(sum_sq_dev_span(x, n, mean) / static_cast<double>(n) + eps);
+  } else {
+    const double pivot = static_cast<double>(static_cast<float>(x[0]));
+    double s1 = 0, s2 = 0;
+    scan_as_f32(x, n, [&](const float* a, int64_t m) {
+      double a1, a2;
+      vec::shifted_sums_f32(a, m, pivot, a1, a2);
+      s1 += a1;
+      s2 += a2;
+    });
+    const double shift = s1 / static_cast<double>(n);
+    mean = pivot + shift;
+    rstd = 1.0 / std::sqrt(std::max(s2 / static_cast<double>(n) - shift * shift, 0.0) + eps);
+  }
 }
 
 // One (sample, group) slice of group_norm: x and y are [C_g, HW] contiguous; gamma / beta point at

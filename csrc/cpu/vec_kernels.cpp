@@ -38,6 +38,18 @@ CPU_MULTIVERSION void sum_sq_dev_f32(const float* x, int64_t n, double center, d
   m2 = s;
 }
 
+CPU_MULTIVERSION void shifted_sums_f32(const float* x, int64_t n, double pivot, double& s1, double& s2) {
+  double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - pivot;
+    a += d;
+    b += d * d;
+  }
+  s1 = a;
+  s2 = b;
+}
+
 CPU_MULTIVERSION void affine_tanh_f32(const float* x, float* y, int64_t n, float scale, float shift) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = tanh_f32(x[i] * scale + shift);

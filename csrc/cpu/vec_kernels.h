@@ -13,6 +13,8 @@ void gelu_f32(const float* in, float* out, int64_t n, GeluApprox approx);
 // sum and sum of squared deviations from `center`, in float64
 void sum_f32(const float* x, int64_t n, double& sum);
 void sum_sq_dev_f32(const float* x, int64_t n, double center, double& m2);
+// sums of (x - pivot) and (x - pivot)^2 in float64, in one read
+void shifted_sums_f32(const float* x, int64_t n, double pivot, double& s1, double& s2);
 // y = tanh(x * scale + shift) (BatchNorm folded into scale / shift, then tanh)
 void affine_tanh_f32(const float* x, float* y, int64_t n, float scale, float shift);
 // y = (x - mean) * scale + shift
