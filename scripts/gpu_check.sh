@@ -31,8 +31,8 @@ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, torch
 # the sm_80 and Hopper targets (the default list adds sm_86 / 89 / 100 / 120 and PTX: minutes more)
 step build env TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-8.0;9.0a}" python3 setup.py build_ext --inplace
 # PYTEST_WORKERS=n: the suite in n processes sharing the GPU (pytest-xdist, carried in .whl/);
-# PYTEST_ARGS: more pytest arguments (e.g. --myops-option hopper=0, or --myops-shard 1/3: the
-# whole suite runs past one 10-minute device call on an H100 even with 8 workers)
+# PYTEST_ARGS: more pytest arguments (e.g. --myops-option hopper=0; --myops-cuda-only, the tests CPU
+# CI skips; --myops-shard 1/2: the GPU tests run past one 10-minute device call even with 8 workers)
 workers=()
 if [ -n "${PYTEST_WORKERS:-}" ] && python3 -c "import xdist" 2>/dev/null; then workers=(-n "$PYTEST_WORKERS"); fi
 step pytest python3 -m pytest tests -q -p no:cacheprovider -rf --durations=20 "${workers[@]}" ${PYTEST_ARGS:-}

@@ -10,7 +10,8 @@ import myops  # noqa: E402  (registers the ops)
 import myops.backends  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU"))]
+NO_CUDA = "no CUDA GPU"  # the skip reason of every test that needs a GPU (--myops-cuda-only keys on it)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA))]
 
 
 def pytest_addoption(parser):
@@ -20,6 +21,8 @@ def pytest_addoption(parser):
     # e.g. --myops-shard 2/3: every third test from the second on; the GPU suite runs in shards
     # that each fit one device call
     parser.addoption("--myops-shard", default=None, metavar="I/N", help="run only shard I of N (1-based)")
+    # on the GPU machine: only the tests CPU-only CI skips (their skip reason is NO_CUDA)
+    parser.addoption("--myops-cuda-only", action="store_true", help="run only the tests that need a GPU")
 
 
 # the --myops-option values of this run (pytest_configure)
@@ -31,6 +34,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--myops-cuda-only"):
+        _keep(config, items, lambda i, item: any(
+            mark.kwargs.get("reason") == NO_CUDA for mark in item.iter_markers("skipif")))
     shard = config.getoption("--myops-shard")
     if shard is None:
         return
@@ -38,8 +44,12 @@ def pytest_collection_modifyitems(config, items):
     if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
         raise pytest.UsageError(f"--myops-shard: expected I/N with 1 <= I <= N, got {shard!r}")
     index, count = int(index), int(count)
-    kept = [item for i, item in enumerate(items) if i % count == index - 1]
-    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % count != index - 1])
+    _keep(config, items, lambda i, item: i % count == index - 1)
+
+
+def _keep(config, items, wanted):  # deselects the items for which wanted(position, item) is false
+    kept = [item for i, item in enumerate(items) if wanted(i, item)]
+    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if not wanted(i, item)])
     items[:] = kept
 
 

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import myops
-from conftest import DEVICES, HAS_CUDA
+from conftest import DEVICES, HAS_CUDA, NO_CUDA
 from reference import assert_matches, conv_args, f64, make_conv_inputs, random_conv_config, tolerance
 
 OP = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
@@ -238,7 +238,7 @@ def test_gradcheck_one_call_op(training):
 WINDOW_INPUT_PATHS = {"default": {}, "registers": {"nhwc_staging": "never"}, "nhwc": {"nhwc_staging": "always"}}
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("path", list(WINDOW_INPUT_PATHS))
 @pytest.mark.parametrize("width", [32, 31], ids=["even_width", "odd_width"])
@@ -288,7 +288,7 @@ def test_window_stored_intermediate_matches_two_ops_exactly(dtype, path, width, 
 # kernel). 96 images x 32 or 8 groups: up to 3 items per block on an H100 (132 SMs x 4-8 blocks),
 # runs that cross from one group to the next (BatchNorm's fold recomputed), and an item count no
 # multiple of the grid. Every item is computed as by the one-block kernel: the same bits.
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("num_groups", [32, 8])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
@@ -324,7 +324,7 @@ def test_prefetching_tail_matches_one_block_per_group(dtype, num_groups, trainin
 # (programmatic dependent launch: its blocks copy their first input, then wait for the
 # statistics); early_launch=False launches it after that kernel ends. Several rounds, since a
 # missing wait would show as an occasional difference.
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_tail_started_under_the_statistics_matches_a_plain_launch(dtype, monkeypatch):
     torch.manual_seed(0)
@@ -347,7 +347,7 @@ def test_tail_started_under_the_statistics_matches_a_plain_launch(dtype, monkeyp
 
 # Under CUDA graph capture the tail is launched plainly (the early start is kept out of graphs): a
 # captured training step, replayed on new input, gives eager's outputs and buffer updates.
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_training_chain_replayed_from_a_cuda_graph_matches_eager(dtype):
     torch.manual_seed(0)

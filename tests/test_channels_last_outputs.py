@@ -14,7 +14,7 @@ import torch
 import myops.backends
 import torch.nn.functional as F
 
-from conftest import DEVICES, HAS_CUDA
+from conftest import DEVICES, HAS_CUDA, NO_CUDA
 from reference import assert_matches, f64, ref_conv_transpose2d, ref_fused, tolerance
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -122,7 +122,7 @@ def test_group_norm_channels_last_output(device, dtype, shape):
     assert_matches(out, F.group_norm(f64(x), 2, f64(w), f64(b), 1e-5), tolerance(dtype, device))
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 @pytest.mark.parametrize("source", ["cudnn", "timed"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_conv_transpose2d_channels_last_sources(source, dtype, monkeypatch):
@@ -160,7 +160,7 @@ def test_grouped_strided_conv_channels_last_input(device, dtype, size, monkeypat
     assert_matches(out, ref_fused(x, weight, bias, *args, "none", 8, None, None, 1e-5), tolerance(dtype, device))
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 @pytest.mark.parametrize("dtype, source", [(torch.float32, "myops"), (torch.float32, "cudnn-strict"),
                                            (torch.float64, "myops"), (torch.float16, "myops"),
                                            (torch.bfloat16, "myops")])

@@ -11,7 +11,7 @@ from torch._inductor.utils import run_and_get_code
 
 import myops
 import myops.compile as mc
-from conftest import DEVICES, HAS_CUDA
+from conftest import DEVICES, HAS_CUDA, NO_CUDA
 
 FUSED = "conv_transpose2d_gelu_group_norm"
 BN_CHAIN = "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm"
@@ -383,7 +383,7 @@ def test_export_and_aot_inductor_package(tmp_path):
     assert proc.returncode == 0 and "AOTI OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 def test_reduce_overhead_mode_on_cuda():
     model = Block(8, 8, 3, 4).cuda()
     x = torch.randn(2, 8, 16, 16, device="cuda")
@@ -396,7 +396,7 @@ def test_reduce_overhead_mode_on_cuda():
     assert mc.stats()[FUSED] == 1
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 def test_reduce_overhead_mode_training_on_cuda():
     # CUDA graphs in training: forward and backward replayed, gradients and buffers as eager's
     import copy

@@ -12,7 +12,7 @@ import torch
 
 import myops.backends
 
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, NO_CUDA
 from reference import (assert_matches, conv_args, make_conv_inputs, random_conv_config,
                        random_wide_conv_config, ref_conv_transpose2d, ref_fused, tolerance)
 from test_bn_chain import check_random_chain
@@ -20,7 +20,7 @@ from test_conv_transpose2d import check_random_configs
 from test_norm_act import check_combo
 from test_fused import check_channel_stats, check_group_stats, check_random_fused, random_fused_case
 
-pytestmark = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+pytestmark = pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 SOURCES = ["myops", "cudnn", "timed"]
 
 

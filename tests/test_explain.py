@@ -4,7 +4,7 @@ import torch
 
 import myops
 import myops.backends
-from conftest import DEVICES, HAS_CUDA
+from conftest import DEVICES, HAS_CUDA, NO_CUDA
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -40,7 +40,7 @@ def test_float_stride_gives_the_ops_own_error():
         myops.conv_transpose2d(x, w, groups=1.5)
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 def test_cuda_reasons_follow_the_options():
     x = torch.randn(2, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16)
@@ -61,7 +61,7 @@ def test_cuda_reasons_follow_the_options():
         torch.backends.cudnn.allow_tf32 = True
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 def test_cuda_plain_conv_times_every_source_and_shows_the_choice():
     # the plain conv's choice takes cuDNN in both layouts (an NCHW input's channels-last form with
     # its copies); explain shows the candidates, then after the first call the one kept and the times

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 import myops
-from conftest import DEVICES, HAS_CUDA
+from conftest import DEVICES, HAS_CUDA, NO_CUDA
 from reference import assert_matches, f64, tolerance
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
@@ -32,7 +32,7 @@ def test_gelu_layouts(device):
     assert myops.gelu(torch.empty(0, 3, device=device)).shape == (0, 3)
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gelu_vectors_per_thread_cuda(dtype, monkeypatch):
     """The CUDA kernel's 1 / 2 / 4 vectors per thread (the gelu_vectors option; 16-bit types default to 4)

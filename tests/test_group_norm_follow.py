@@ -12,12 +12,13 @@ import torch
 
 import myops.backends
 
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, NO_CUDA
 from reference import (assert_matches, conv_args, make_conv_inputs, random_tma_conv_config,
                        random_wide_conv_config, ref_fused, set_conv_kernel, tolerance)
 
 HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
-pytestmark = pytest.mark.skipif(not HOPPER, reason="the overlap runs with the Hopper (wgmma) conv kernel: needs sm_90")
+pytestmark = [pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA),
+              pytest.mark.skipif(not HOPPER, reason="the overlap runs with the Hopper (wgmma) conv kernel: needs sm_90")]
 
 OP = torch.ops.myops.conv_transpose2d_gelu_group_norm
 

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 import myops
 import myops.compile
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, NO_CUDA
 from reference import TOL, assert_matches
 
-cuda_only = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+cuda_only = pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 AUTOCASTS = [("cpu", torch.bfloat16), pytest.param("cuda", torch.bfloat16, marks=cuda_only),
              pytest.param("cuda", torch.float16, marks=cuda_only)]
 OPS = torch.ops.myops

@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import myops
-from conftest import DEVICES, HAS_CUDA
+from conftest import DEVICES, HAS_CUDA, NO_CUDA
 from reference import assert_matches, f64, tolerance
 
 NORMS = ("none", "batch_norm", "instance_norm", "group_norm")
@@ -257,7 +257,7 @@ def test_refuses_what_torch_refuses_in_training():
         myops.conv_transpose2d_norm_act(torch.randn(3, 4, 1, 1), w, norm="instance_norm", training=True)
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU")
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("activation,stats", [("none", "channel"), ("none", "group"), ("gelu", "group"),
                                               ("relu", "channel"), ("silu", "group"), ("none", "none")])
