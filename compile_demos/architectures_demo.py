@@ -29,7 +29,7 @@ def main():
         model = make().to(args.device, dtype).train()
         x = torch.randn(cuda_shape if args.device == "cuda" else cpu_shape, device=args.device, dtype=dtype)
         print(f"\n== {name}: input {tuple(x.shape)} {args.dtype} on {args.device}, training mode")
-        compare(model, x, args.device, args.reps, measure=args.measure, options=options)
+        compare(model, x, args.device, args.reps, measure=args.measure, profile=args.profile, options=options)
         if not args.skip_training:
             compare_training(model, x, args.device, args.reps, options=options)
 

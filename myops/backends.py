@@ -54,6 +54,9 @@ OPTIONS = {
     "recompute_conv": (_BOOL, "training: a chain whose gelu / silu comes before its normalisation saves only its "
                               "activation output and recomputes the conv in backward (less memory; off: saves the "
                               "conv output, no conv in backward). Read when a call is traced or run"),
+    "cpu_channels_last": (_TRI, "the CPU conv of an NCHW input by oneDNN's channels-last kernels, layout copies "
+                                "included: 'auto' (the faster way, timed at the first call of each shape; NCHW "
+                                "under torch.use_deterministic_algorithms), 'never', 'always'"),
 }
 
 CONV_ENGINES = ("direct", "few_channels", "mma", "wgmma")

@@ -27,6 +27,8 @@ def pytest_addoption(parser):
 
 # the --myops-option values of this run (pytest_configure)
 SESSION_OPTIONS = {}
+# what every test starts from (_backend_options says why)
+TEST_OPTIONS = {"conv_source": "myops", "cpu_channels_last": "never"}
 
 
 def pytest_configure(config):
@@ -77,8 +79,9 @@ def _backend_options():
     # A CUDA op may time our conv against cuDNN's on each new shape and keep the faster (strict
     # float32, channels-last forms). Tests of our kernels must run them whatever the timing says:
     # they run with our conv forced; test_conv_sources.py covers both sources and the choice.
+    # Likewise the CPU conv runs NCHW (test_conv_transpose2d.py covers its timed layout choice).
     # Whatever a test sets through myops.backends is undone after it.
     saved = myops.backends.get_options()
-    myops.backends.set_options(conv_source="myops", **SESSION_OPTIONS)
+    myops.backends.set_options(**TEST_OPTIONS, **SESSION_OPTIONS)
     yield
     myops.backends.set_options(**saved)

@@ -2,12 +2,12 @@
 import pytest
 
 import myops.backends as B
-from conftest import SESSION_OPTIONS
+from conftest import SESSION_OPTIONS, TEST_OPTIONS
 
 
 def test_defaults_and_round_trip():
-    # (conftest forces our conv, and sets the run's --myops-option values)
-    assert B.get_options() == {**B.DEFAULTS, "conv_source": "myops", **SESSION_OPTIONS}
+    # (conftest forces our conv and NCHW on the CPU, and sets the run's --myops-option values)
+    assert B.get_options() == {**B.DEFAULTS, **TEST_OPTIONS, **SESSION_OPTIONS}
     previous = B.set_options(winograd=False, gn_followers=3, nhwc_staging="always", conv_source="cudnn")
     assert previous == {"winograd": True, "gn_followers": None, "nhwc_staging": "auto", "conv_source": "myops"}
     got = B.get_options()

@@ -100,6 +100,34 @@ def test_cpu_reference_kernel_random_configs(dtype):
         check_random_configs(random.Random(99), 60, random_conv_config, dtype, "cpu")
 
 
+@pytest.mark.parametrize("layout", ["always", "auto"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_channels_last_kernels_random_configs(layout, dtype):
+    # an NCHW input through oneDNN's channels-last kernels between two layout copies: forced, or
+    # where the first call of the shape timed them faster (the suite runs NCHW: conftest)
+    with myops.backends.options(cpu_channels_last=layout):
+        check_random_configs(random.Random(5), 30, random_conv_config, dtype, "cpu")
+
+
+def test_cpu_layout_choice_is_timed_once_and_explained():
+    x, w = torch.randn(2, 16, 12, 10), torch.randn(16, 8, 3, 3)
+    with myops.backends.options(cpu_channels_last="auto"):
+        assert "not chosen yet" in myops.explain(x, w, stride=2)
+        out = myops.conv_transpose2d(x, w, stride=2)
+        line = myops.explain(x, w, stride=2).splitlines()[-1]
+        assert line.startswith("layout: ") and "timed: NCHW" in line
+        assert myops.explain(x, w, stride=2).splitlines()[-1] == line  # cached: the same medians
+        torch.testing.assert_close(out, F.conv_transpose2d(x, w, stride=2))
+        assert out.is_contiguous()
+        with myops.backends.options(cpu_channels_last="never"):
+            assert myops.explain(x, w, stride=2).splitlines()[-1] == "layout: NCHW (forced)"
+        torch.use_deterministic_algorithms(True)
+        try:
+            assert "deterministic" in myops.explain(x, w, stride=2).splitlines()[-1]
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+
 @pytest.mark.parametrize("device", [d for d in DEVICES if "cuda" in str(d)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_generic_cuda_kernel_random_configs(device, dtype, monkeypatch):

@@ -29,6 +29,7 @@ enum class Option : int {
   Hopper,          // sm_90 features (clusters, programmatic dependent launch, the Hopper engine)
   CpuReference,    // the CPU conv by our GEMM + col2im reference instead of ATen's (oneDNN)
   RecomputeConv,   // training: act-first family chains recompute the conv in backward (myops/norm_act.py)
+  CpuChannelsLast, // tri-state: the CPU conv of an NCHW input by oneDNN's channels-last kernels (auto: timed)
   kCount
 };
 

@@ -9,6 +9,7 @@
 
 #include "common/options.h"
 #include "cpu/cpu_kernels.h"
+#include "cpu/layout_choice.h"
 #include "shapes.h"
 
 namespace myops {
@@ -98,10 +99,19 @@ at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& w
 at::Tensor conv_transpose2d_in_layout(const at::Tensor& input, const at::Tensor& weight,
                                      const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p) {
   const at::MemoryFormat format = output_memory_format(input);
-  if (format != at::MemoryFormat::ChannelsLast || option(Option::CpuReference) != 0 || p.N == 0)
+  if (option(Option::CpuReference) != 0 || p.N == 0)
     return conv_transpose2d_compute(input, weight, bias, p).contiguous(format);
   // oneDNN's NHWC kernels on the input where it lies: faster than its NCHW ones, and no transposes
-  return aten_conv(input, weight, bias, p, format);
+  if (format == at::MemoryFormat::ChannelsLast) return aten_conv(input, weight, bias, p, format);
+  // an NCHW input: its NHWC kernels between two layout copies where they were timed faster
+  const auto run = [&](bool channels_last) {
+    return channels_last ? aten_conv(input, weight, bias, p, at::MemoryFormat::ChannelsLast).contiguous()
+                         : aten_conv(input, weight, bias, p, at::MemoryFormat::Contiguous);
+  };
+  const bool channels_last =
+      cpu_conv_layout(p, c10::toString(input.scalar_type()), bias.has_value(), [&](bool cl) { run(cl); })
+          .channels_last;
+  return run(channels_last);
 }
 
 namespace {

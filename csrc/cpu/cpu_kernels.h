@@ -16,7 +16,8 @@ at::Tensor conv_transpose2d_compute(const at::Tensor& input, const at::Tensor& w
                                     const ConvTranspose2dParams& p);
 
 // The same in the input's layout (output_memory_format): a channels-last input runs oneDNN's NHWC
-// kernels, whose sums differ in order from the NCHW ones (the plain conv and the family's conv step).
+// kernels, whose sums differ in order from the NCHW ones; an NCHW one either kernel set, as the
+// option cpu_channels_last says (layout_choice.h) (the plain conv and the family's conv step).
 at::Tensor conv_transpose2d_in_layout(const at::Tensor& input, const at::Tensor& weight,
                                       const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p);
 

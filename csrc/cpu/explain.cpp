@@ -1,10 +1,36 @@
-// myops::_explain on the CPU: one kernel per op, no choice to explain.
+// myops::_explain on the CPU: whose conv runs and, for an NCHW input, in which layout.
 #include <torch/library.h>
 
+#include <cstdio>
+
+#include "common/options.h"
+#include "cpu/layout_choice.h"
 #include "explain.h"
 
 namespace myops {
 namespace {
+
+// conv_transpose2d_in_layout's callers (the others compute NCHW: their passes read it)
+bool follows_layout(const std::string& op) { return op == "conv_transpose2d" || op == "conv_transpose2d_act_stats"; }
+
+std::string layout_line(const std::string& op, const at::Tensor& input, const std::optional<at::Tensor>& bias,
+                        const ConvTranspose2dParams& p) {
+  const bool cl_input = output_memory_format(input) == at::MemoryFormat::ChannelsLast;
+  if (!follows_layout(op))
+    return cl_input ? "layout: NCHW (the op's passes read it), the output copied channels-last\n" : "layout: NCHW\n";
+  if (cl_input) return "layout: channels-last, as the input\n";
+  const int forced = option(Option::CpuChannelsLast);
+  if (forced != kAuto) return forced == kAlways ? "layout: channels-last kernels between layout copies (forced)\n"
+                                                : "layout: NCHW (forced)\n";
+  if (at::globalContext().deterministicAlgorithms()) return "layout: NCHW (deterministic algorithms asked for)\n";
+  const auto choice = cached_cpu_conv_layout(p, c10::toString(input.scalar_type()), bias.has_value());
+  if (!choice) return "layout: not chosen yet (the first call of this shape times NCHW and channels-last)\n";
+  char line[160];
+  std::snprintf(line, sizeof(line), "layout: %s (timed: NCHW %.3f ms, channels-last with its copies %.3f ms)\n",
+                choice->channels_last ? "channels-last kernels between layout copies" : "NCHW", choice->nchw_ms,
+                choice->channels_last_ms);
+  return line;
+}
 
 std::string explain_cpu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef output_padding,
@@ -12,9 +38,11 @@ std::string explain_cpu(const at::Tensor& input, const at::Tensor& weight, const
   const std::string name(op);
   const ConvTranspose2dParams p =
       check_explain(name, input, weight, bias, stride, padding, output_padding, std::move(groups), dilation);
-  return explain_header(name, input, p) +
-         "engine: the CPU kernels (csrc/cpu: one at::mm per (image, group) and a col2im that visits only "
-         "the taps that reach each position, then the op's epilogue passes)\n";
+  if (option(Option::CpuReference) != 0)
+    return explain_header(name, input, p) +
+           "engine: the CPU reference (option cpu_reference: one at::mm per (image, group) and a col2im)\n";
+  return explain_header(name, input, p) + "engine: ATen's transposed convolution (oneDNN)" +
+         (name == "conv_transpose2d" ? "\n" : ", then the op's passes\n") + layout_line(name, input, bias, p);
 }
 
 }  // namespace
