@@ -12,7 +12,6 @@ memory saving survives training.
 import math
 
 import torch
-from torch._library import autograd as _library_autograd
 
 from . import _C
 
@@ -22,13 +21,50 @@ aten = torch.ops.aten
 def _register(qualname, backward, setup_context):
     """torch.library.register_autograd's formula for op qualname, on every device; on CPU and CUDA
     the op's C++ Autograd kernel (csrc/autograd_entry.cpp) takes each call first and hands only
-    the calls that need a gradient to the same Python kernel that register_autograd builds
-    (torch._library.autograd.make_autograd_impl: not public API, so a torch that changes it fails
-    at import, not silently)."""
+    the calls that need a gradient to _formula's kernel."""
     torch.library.register_autograd(qualname, backward, setup_context=setup_context)
-    op = torch._library.utils.lookup_op(qualname)
-    _C._set_autograd_formula(
-        qualname, _library_autograd.make_autograd_impl(op, _library_autograd.Info(backward, setup_context)))
+    _C._set_autograd_formula(qualname, _formula(torch._library.utils.lookup_op(qualname), backward, setup_context))
+
+
+def _formula(op, backward, setup_context):
+    """The Python kernel that register_autograd builds (torch._library.autograd.make_autograd_impl),
+    called as kernel(keyset, *args, **keyword_only_args), less its per-call fill_defaults: the C++
+    kernel passes every argument, and fill_defaults rebuilds the schema's argument list once per
+    argument (~50 us a call for a 13-argument op, more than the op's own host time). It uses torch
+    internals that make_autograd_impl uses (not public API: a torch that changes them fails here)."""
+    schema = op._schema
+    if any(torch._library.utils.is_tensorlist_like_type(a.type) for a in (*schema.arguments, *schema.returns)):
+        raise NotImplementedError(f"myops: {op}: tensor-list arguments need make_autograd_impl's wrapper")
+    keyword_only = any(a.kwarg_only for a in schema.arguments)
+    below_autograd = torch._C._after_autograd_keyset
+
+    class Formula(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):  # args: the op's positional arguments, then (keyset, keyword-only arguments)
+            (keyset, kwargs), args = args[-1], args[:-1]
+            with torch._C._AutoDispatchBelowAutograd():
+                output = op.redispatch(keyset & below_autograd, *args, **kwargs)
+            if keyword_only:
+                setup_context(ctx=ctx, inputs=args, keyword_only_inputs=kwargs, output=output)
+            else:
+                setup_context(ctx=ctx, inputs=args, output=output)
+            return output
+
+        @staticmethod
+        def backward(ctx, *grads):
+            needs_input_grad = ctx.needs_input_grad
+            ctx.needs_input_grad = needs_input_grad[:-1]  # as the formula sees its op's arguments
+            try:
+                result = backward(ctx, *grads)
+            finally:
+                ctx.needs_input_grad = needs_input_grad
+            return (*result, None) if isinstance(result, tuple) else (result, None)
+
+    Formula.__name__ = f"GeneratedBackwardFor_{op._namespace}_{op._opname}_{op._overloadname}"
+
+    def kernel(keyset, *args, **keyword_only_args):
+        return Formula.apply(*args, (keyset, keyword_only_args))
+    return kernel
 
 
 def _hxw(t):
