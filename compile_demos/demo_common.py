@@ -9,6 +9,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import myops  # noqa: E402,F401
+import myops.backends  # noqa: E402
 import myops.compile as mc  # noqa: E402
 from myops._timing import median_ms_each, queued_median_ms_each  # noqa: E402
 
@@ -23,7 +24,11 @@ def parse_args(description, extra=None):
     p.add_argument("--measure", action="store_true",
                    help="myops.compile.enable(measure=True): rewrite only chains timed faster than eager")
     p.add_argument("--profile", action="store_true", help="print the CUDA kernels of each row (torch.profiler)")
-    return p.parse_args()
+    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a myops.backends option for the run (e.g. cuda_graph_channels_last=1)")
+    args = p.parse_args()
+    myops.backends.set_options(**dict(myops.backends.parse_assignment(o) for o in args.option))
+    return args
 
 
 def _compiled_pair(model, x, device, measure, options=None):

@@ -14,7 +14,7 @@ Options are process-wide, as ``torch.backends.cudnn.benchmark`` is; kernel plans
 ours-vs-cuDNN choice are cached per option values, so a change applies to the next call.
 """
 from contextlib import contextmanager
-from typing import Dict, Iterator, Optional, Union
+from typing import Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
@@ -57,6 +57,10 @@ OPTIONS = {
     "cpu_channels_last": (_TRI, "the CPU conv of an NCHW input by oneDNN's channels-last kernels, layout copies "
                                 "included: 'auto' (the faster way, timed at the first call of each shape; NCHW "
                                 "under torch.use_deterministic_algorithms), 'never', 'always'"),
+    "cuda_graph_channels_last": (_BOOL, "torch.compile: a family chain traced for CUDA takes its input and weight "
+                                        "channels-last in the graph, as Inductor lays out its own convs, so that "
+                                        "the op's cuDNN candidate is that conv with no layout copy (off: as given). "
+                                        "Read when a call is traced"),
 }
 
 CONV_ENGINES = ("direct", "few_channels", "mma", "wgmma")
@@ -124,6 +128,19 @@ def set_options(**values: Value) -> Dict[str, Value]:
     for name, raw in encoded.items():
         _C._set_option(name, raw)
     return previous
+
+
+def parse_assignment(text: str) -> Tuple[str, Value]:
+    """'name=value' as a command line gives it (pytest's --myops-option, the demos' --option) as
+    (name, value): 1 / true / on for a bool, an int, None, or a name such as 'never'."""
+    name, sep, value = text.partition("=")
+    if not sep or name not in OPTIONS:
+        raise ValueError(f"myops.backends: expected NAME=VALUE with NAME one of {', '.join(OPTIONS)}, got {text!r}")
+    if OPTIONS[name][0] == _BOOL:
+        return name, value.lower() in ("1", "true", "on")
+    if value.lstrip("-").isdigit():
+        return name, int(value)
+    return name, None if value == "None" else value
 
 
 def reset() -> None:

@@ -43,10 +43,12 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from . import _autocast, _chains, _distributed, _fx_match, _measure, norm_act, ops
+from . import _autocast, _chains, _distributed, _fx_match, _measure, backends, norm_act, ops
 
 log = logging.getLogger("myops.compile")
 
+# myops.backends options read while a replacement is traced (part of the pass's uuid)
+_TRACED_OPTIONS = ("recompute_conv", "cuda_graph_channels_last")
 _SEED_KINDS = ("conv_transpose2d_gelu_group_norm", "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
                "conv_transpose2d")
 _stats: Dict[str, int] = dict.fromkeys(_SEED_KINDS, 0)  # chains rewritten, by kind
@@ -133,7 +135,10 @@ class MyopsFusionPass(CustomGraphPass):
     def uuid(self):
         chained = getattr(self.chained, "uuid", lambda: None)() if self.chained is not None else None
         devices = "all" if self.devices is None else "+".join(self.devices)
-        return f"myops-{_source_hash()}-conv{self.conv_transpose2d}-{devices}-measure{int(self.measure)}-{chained}"
+        # the myops.backends options the replacements read when traced change the compiled graph too
+        traced = "-".join(f"{name}{backends.get_option(name)}" for name in _TRACED_OPTIONS)
+        return (f"myops-{_source_hash()}-conv{self.conv_transpose2d}-{devices}-measure{int(self.measure)}-{traced}"
+                f"-{chained}")
 
 
 # Inductor's setting for when pre-grad passes run: "late" (torch's default for a pass with a uuid)

@@ -111,7 +111,7 @@ def conv_transpose2d_norm_act(
     batch_stats = norm == "group_norm" or (norm in ("batch_norm", "instance_norm") and training)
     stats, groups_n = _stats_kind(norm, batch_stats, num_groups, running_mean, running_var, input, weight,
                                   conv_args)
-    if input.device.type == "cpu" and input.dim() == 4 and not _eager(input):
+    if input.dim() == 4 and not _eager(input) and _channels_last_in_graph(input.device.type):
         # traced for the CPU (torch.compile): oneDNN's channels-last conv is the faster one, and
         # Inductor reads the output where it lies, as it does after its own convs (the weight too
         # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own)
@@ -163,6 +163,13 @@ def gelu_group_norm_chain(input: Tensor, weight: Tensor, bias: Optional[Tensor],
         return group_norm_with_stats(act, mean, rstd, gn_weight, gn_bias)
     return torch.ops.myops.conv_transpose2d_gelu_group_norm(input, weight, bias, *conv_args, approximate, num_groups,
                                                             gn_weight, gn_bias, eps)
+
+
+def _channels_last_in_graph(device_type: str) -> bool:
+    """Whether a chain traced for device_type takes its conv's input and weight channels-last: on
+    the CPU always; on CUDA where the option cuda_graph_channels_last asks for it."""
+    from . import backends
+    return device_type == "cpu" or (device_type == "cuda" and bool(backends.get_option("cuda_graph_channels_last")))
 
 
 def _saves_conv(activation: str, negative_slope: float, *tensors: Optional[Tensor]) -> bool:

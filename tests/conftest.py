@@ -56,17 +56,10 @@ def _keep(config, items, wanted):  # deselects the items for which wanted(positi
 
 
 def _session_options(config):
-    options = {}
-    for item in config.getoption("--myops-option"):
-        name, _, value = item.partition("=")
-        kind = myops.backends.OPTIONS.get(name, ("",))[0]
-        if kind == "bool":
-            options[name] = value.lower() in ("1", "true", "on")
-        elif value.lstrip("-").isdigit():
-            options[name] = int(value)
-        else:
-            options[name] = None if value == "None" else value
-    return options
+    try:
+        return dict(myops.backends.parse_assignment(item) for item in config.getoption("--myops-option"))
+    except ValueError as e:
+        raise pytest.UsageError(f"--myops-option: {e}") from e
 
 
 @pytest.fixture(autouse=True)

@@ -49,3 +49,14 @@ def test_bad_values_name_the_option(kwargs, message):
     with pytest.raises(ValueError, match=message):
         B.set_options(winograd=False, **kwargs)  # nothing is set when any value is refused
     assert B.get_options() == before
+
+
+def test_parse_assignment_as_command_lines_give_it():
+    assert B.parse_assignment("winograd=0") == ("winograd", False)
+    assert B.parse_assignment("tma=on") == ("tma", True)
+    assert B.parse_assignment("gn_followers=3") == ("gn_followers", 3)
+    assert B.parse_assignment("gn_followers=None") == ("gn_followers", None)
+    assert B.parse_assignment("cpu_channels_last=never") == ("cpu_channels_last", "never")
+    for bad in ("winograd", "no_such_option=1"):
+        with pytest.raises(ValueError, match="expected NAME=VALUE"):
+            B.parse_assignment(bad)

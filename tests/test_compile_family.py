@@ -15,7 +15,8 @@ import torch.nn.functional as F
 import myops
 import myops.compile as mc
 import myops._fx_match as fm
-from conftest import DEVICES
+import myops.backends
+from conftest import DEVICES, HAS_CUDA, NO_CUDA
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "compile_demos"))
 import architectures as arch  # noqa: E402
@@ -79,6 +80,28 @@ def _close(a, b, tol=2e-4):
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("name", list(_cases()))
 def test_architecture_rewrites_and_matches_eager(name, training, device):
+    check_architecture(name, training, device)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
+@pytest.mark.parametrize("name", ["dcgan", "cyclegan_resnet", "decoder_upsampler", "functional_gan_block"])
+def test_channels_last_graph_on_cuda(name):
+    # the family's convs fed channels-last in the graph (cuDNN's candidate then copy-free)
+    with myops.backends.options(cuda_graph_channels_last=True):
+        check_architecture(name, True, "cuda")
+
+
+def test_options_read_when_traced_key_the_compiled_graphs():
+    # a graph compiled under one value must not be served from Inductor's cache under another
+    keys = set()
+    for recompute in (False, True):
+        for channels_last in (False, True):
+            with myops.backends.options(recompute_conv=recompute, cuda_graph_channels_last=channels_last):
+                keys.add(mc.MyopsFusionPass().uuid())
+    assert len(keys) == 4
+
+
+def check_architecture(name, training, device):
     make, shape, train_counts, _ = _cases()[name]
     torch.manual_seed(0)
     model = make().train(training).to(device)

@@ -47,15 +47,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cuda(
   auto run = [&](ConvSource source) -> std::tuple<at::Tensor, at::Tensor, at::Tensor> {
     at::Tensor out, partials;
     if (source == ConvSource::Cudnn) {
-      out = cudnn_conv(kOp, input, weight, bias, p);
+      // in the input's layout: a channels-last input (as Inductor's graphs hand convs) then runs
+      // cuDNN's NHWC kernels with no transpose, and the passes read the output where it lies
+      const at::MemoryFormat format = output_memory_format(input);
+      out = cudnn_conv(kOp, input, weight, bias, p, format);
       if (a.act == Activation::Gelu) {
         check_launch(cuda::gelu_forward(out.const_data_ptr(), out.data_ptr(), out.numel(),
                                         kernel_dtype(out.scalar_type()), a.approx, at::cuda::getCurrentCUDAStream()),
                      kOp);
       } else if (a.act != Activation::None) {
-        out = aten_activation(out, a.act, negative_slope, a.approx).contiguous();
+        out = aten_activation(out, a.act, negative_slope, a.approx).contiguous(format);
       }
-      if (want_stats) partials = plane_moments(kOp, out);
+      if (want_stats && out.numel() > 0) {
+        std::optional<at::Tensor> tiles;
+        if (format == at::MemoryFormat::ChannelsLast) tiles = nhwc_moments(kOp, out);
+        partials = tiles ? *tiles : plane_moments(kOp, contiguous_nchw(kOp, out));
+      }
     } else {
       // (no statistics: a plain output for the engines, the few-channels one included, whatever the activation)
       const KernelCall k = kernel_call(p, input, !want_stats);

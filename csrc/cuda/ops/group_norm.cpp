@@ -66,6 +66,16 @@ std::pair<at::Tensor, at::Tensor> channel_stats_from_partials(const char* op, co
   return {mean, var};
 }
 
+std::optional<at::Tensor> nhwc_moments(const char* op, const at::Tensor& x, cuda::PreGelu pre) {
+  const auto [N, C, HW] = n_c_hw(x);
+  const int64_t tiles = cuda::nhwc_moment_tiles(HW);
+  at::Tensor moments = at::empty({N, C, tiles, 3}, x.options().dtype(compute_dtype(x.scalar_type())));
+  const cudaError_t err = cuda::nhwc_channel_moments(x.const_data_ptr(), kernel_dtype(x.scalar_type()), N, C, HW,
+                                                     tiles, moments.data_ptr(), at::cuda::getCurrentCUDAStream(), pre);
+  if (!launched_unless_refused(err, op)) return std::nullopt;
+  return moments;
+}
+
 std::optional<at::Tensor> group_norm_nhwc(const char* op, const at::Tensor& x, int64_t num_groups, double eps,
                                           const std::optional<at::Tensor>& gn_weight,
                                           const std::optional<at::Tensor>& gn_bias, at::MemoryFormat format,
@@ -74,12 +84,9 @@ std::optional<at::Tensor> group_norm_nhwc(const char* op, const at::Tensor& x, i
   const auto dtype = kernel_dtype(x.scalar_type());
   const auto [N, C, HW] = n_c_hw(x);
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t tiles = cuda::nhwc_moment_tiles(HW);
-  at::Tensor moments = at::empty({N, C, tiles, 3}, x.options().dtype(compute_dtype(x.scalar_type())));
-  const cudaError_t err = cuda::nhwc_channel_moments(x.const_data_ptr(), dtype, N, C, HW, tiles, moments.data_ptr(),
-                                                     stream, pre);
-  if (!launched_unless_refused(err, op)) return std::nullopt;
-  const GroupStats s = group_stats_from_partials(op, moments, num_groups, eps);
+  const std::optional<at::Tensor> moments = nhwc_moments(op, x, pre);
+  if (!moments) return std::nullopt;
+  const GroupStats s = group_stats_from_partials(op, *moments, num_groups, eps);
   at::Tensor out = at::empty_like(x, x.options(), format);
   const at::Tensor gamma = contiguous_or_undefined(gn_weight), beta = contiguous_or_undefined(gn_bias);
   check_launch(cuda::nhwc_group_norm_apply(x.const_data_ptr(), out.data_ptr(),

@@ -36,6 +36,11 @@ GroupStats group_stats(const char* op, const at::Tensor& x, int64_t num_groups, 
 // the statistics dtype, the layout of the conv epilogue's tile partials (one tile per plane).
 at::Tensor plane_moments(const char* op, const at::Tensor& x, cuda::PreGelu pre = {});
 
+// The same per (n, c) over pixel tiles of a channels-last x [N, C, H, W] read where it lies:
+// [N, C, tiles, 3]; nullopt where the kernel cannot cover the channels (the caller then reads an
+// NCHW copy).
+std::optional<at::Tensor> nhwc_moments(const char* op, const at::Tensor& x, cuda::PreGelu pre = {});
+
 // GroupNorm's mean / rstd from partials [N, C, tiles, 3] (the conv epilogue's per tile, or one
 // per plane), reduced per (n, group) in a fixed order; float32_copy: also as float32.
 GroupStats group_stats_from_partials(const char* op, const at::Tensor& partials, int64_t num_groups, double eps,
