@@ -165,6 +165,18 @@ def gelu_group_norm_chain(input: Tensor, weight: Tensor, bias: Optional[Tensor],
                                                             gn_weight, gn_bias, eps)
 
 
+def conv_transpose2d_routed(input: Tensor, weight: Tensor, bias: Optional[Tensor], stride, padding, output_padding,
+                            groups, dilation) -> Tensor:
+    """A standalone ConvTranspose2d as the compile pass routes it (traced): myops.conv_transpose2d,
+    its input and weight channels-last on CUDA where a family chain's would be (the option
+    cuda_graph_channels_last; the CPU's routed convs keep their layout: its plain conv times both)."""
+    if input.dim() == 4 and input.device.type == "cuda" and _channels_last_in_graph("cuda"):
+        input = input.contiguous(memory_format=torch.channels_last)
+        weight = weight.contiguous(memory_format=torch.channels_last)
+    return torch.ops.myops.conv_transpose2d.default(input, weight, bias, stride, padding, output_padding, groups,
+                                                    dilation)
+
+
 def _channels_last_in_graph(device_type: str) -> bool:
     """Whether a chain traced for device_type takes its conv's input and weight channels-last: on
     the CPU always; on CUDA where the option cuda_graph_channels_last asks for it."""
