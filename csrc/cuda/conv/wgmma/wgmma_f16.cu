@@ -1,12 +1,6 @@
 // The Hopper engine's __half kernel builds (wgmma_launch.cuh).
 #include "cuda/conv/wgmma/wgmma_launch.cuh"
 
-namespace myops {
-namespace cuda {
-
-template cudaError_t conv_wgmma_launch<__half>(const void*, const void*, const void*, void*, DType,
-                                            const ConvTranspose2dParams&, const WgmmaTiling&, const ConvEpilogue&,
-                                            const CUtensorMap*, cudaStream_t);
-
-}  // namespace cuda
-}  // namespace myops
+namespace myops::cuda {
+MYOPS_WGMMA_LAUNCH(__half);
+}  // namespace myops::cuda

@@ -76,17 +76,14 @@ cudaError_t conv_wgmma_launch(const void* x, const void* wprep, const void* bias
   return cudaErrorInvalidValue;
 }
 
-
-// the instantiations, one per translation unit
-extern template cudaError_t conv_wgmma_launch<float>(const void*, const void*, const void*, void*, DType,
-                                                     const ConvTranspose2dParams&, const WgmmaTiling&,
-                                                     const ConvEpilogue&, const CUtensorMap*, cudaStream_t);
-extern template cudaError_t conv_wgmma_launch<__half>(const void*, const void*, const void*, void*, DType,
-                                                      const ConvTranspose2dParams&, const WgmmaTiling&,
-                                                      const ConvEpilogue&, const CUtensorMap*, cudaStream_t);
-extern template cudaError_t conv_wgmma_launch<__nv_bfloat16>(const void*, const void*, const void*, void*, DType,
-                                                             const ConvTranspose2dParams&, const WgmmaTiling&,
-                                                             const ConvEpilogue&, const CUtensorMap*, cudaStream_t);
+// conv_wgmma_launch<T>'s instantiation: `extern` here, defined in wgmma_<type>.cu
+#define MYOPS_WGMMA_LAUNCH(T)                                                                          \
+  template cudaError_t conv_wgmma_launch<T>(const void*, const void*, const void*, void*, DType,       \
+                                            const ConvTranspose2dParams&, const WgmmaTiling&,           \
+                                            const ConvEpilogue&, const CUtensorMap*, cudaStream_t)
+extern MYOPS_WGMMA_LAUNCH(float);
+extern MYOPS_WGMMA_LAUNCH(__half);
+extern MYOPS_WGMMA_LAUNCH(__nv_bfloat16);
 
 }  // namespace cuda
 }  // namespace myops
