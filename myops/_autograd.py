@@ -30,7 +30,7 @@ def _formula(op, backward, setup_context):
     """The Python kernel that register_autograd builds (torch._library.autograd.make_autograd_impl),
     called as kernel(keyset, *args, **keyword_only_args), less its per-call fill_defaults: the C++
     kernel passes every argument, and fill_defaults rebuilds the schema's argument list once per
-    argument (~50 us a call for a 13-argument op, more than the op's own host time). It uses torch
+    argument (on small calls, more host time than the op itself takes). It uses torch
     internals that make_autograd_impl uses (not public API: a torch that changes them fails here)."""
     schema = op._schema
     if any(torch._library.utils.is_tensorlist_like_type(a.type) for a in (*schema.arguments, *schema.returns)):

@@ -112,9 +112,10 @@ def conv_transpose2d_norm_act(
     stats, groups_n = _stats_kind(norm, batch_stats, num_groups, running_mean, running_var, input, weight,
                                   conv_args)
     if input.dim() == 4 and not _eager(input) and _channels_last_in_graph(input.device.type):
-        # traced for the CPU (torch.compile): oneDNN's channels-last conv is the faster one, and
+        # traced (torch.compile) for the CPU: oneDNN's channels-last conv is the faster one, and
         # Inductor reads the output where it lies, as it does after its own convs (the weight too
-        # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own)
+        # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own);
+        # for CUDA under cuda_graph_channels_last: cuDNN's candidate is then Inductor's own conv
         input = input.contiguous(memory_format=torch.channels_last)
         weight = weight.contiguous(memory_format=torch.channels_last) if weight.dim() == 4 else weight
     if act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias):
