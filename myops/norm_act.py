@@ -116,8 +116,7 @@ def conv_transpose2d_norm_act(
         # Inductor reads the output where it lies, as it does after its own convs (the weight too
         # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own);
         # for CUDA under cuda_graph_channels_last: cuDNN's candidate is then Inductor's own conv
-        input = input.contiguous(memory_format=torch.channels_last)
-        weight = weight.contiguous(memory_format=torch.channels_last) if weight.dim() == 4 else weight
+        input, weight = _channels_last(input, weight)
     if act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias):
         out, mean, var = _act_stats_saving_conv(input, weight, bias, conv_args, activation, negative_slope,
                                                 approximate, stats, groups_n)
@@ -172,10 +171,15 @@ def conv_transpose2d_routed(input: Tensor, weight: Tensor, bias: Optional[Tensor
     its input and weight channels-last on CUDA where a family chain's would be (the option
     cuda_graph_channels_last; the CPU's routed convs keep their layout: its plain conv times both)."""
     if input.dim() == 4 and input.device.type == "cuda" and _channels_last_in_graph("cuda"):
-        input = input.contiguous(memory_format=torch.channels_last)
-        weight = weight.contiguous(memory_format=torch.channels_last)
+        input, weight = _channels_last(input, weight)
     return torch.ops.myops.conv_transpose2d.default(input, weight, bias, stride, padding, output_padding, groups,
                                                     dilation)
+
+
+def _channels_last(input: Tensor, weight: Tensor) -> Tuple[Tensor, Tensor]:
+    """A 4-D input and its conv weight (where 4-D) channels-last."""
+    return (input.contiguous(memory_format=torch.channels_last),
+            weight.contiguous(memory_format=torch.channels_last) if weight.dim() == 4 else weight)
 
 
 def _channels_last_in_graph(device_type: str) -> bool:

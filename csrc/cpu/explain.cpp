@@ -1,8 +1,6 @@
 // myops::_explain on the CPU: whose conv runs and, for an NCHW input, in which layout.
 #include <torch/library.h>
 
-#include <cstdio>
-
 #include "common/options.h"
 #include "cpu/layout_choice.h"
 #include "explain.h"
@@ -19,17 +17,7 @@ std::string layout_line(const std::string& op, const at::Tensor& input, const st
   if (!follows_layout(op))
     return cl_input ? "layout: NCHW (the op's passes read it), the output copied channels-last\n" : "layout: NCHW\n";
   if (cl_input) return "layout: channels-last, as the input\n";
-  const int forced = option(Option::CpuChannelsLast);
-  if (forced != kAuto) return forced == kAlways ? "layout: channels-last kernels between layout copies (forced)\n"
-                                                : "layout: NCHW (forced)\n";
-  if (at::globalContext().deterministicAlgorithms()) return "layout: NCHW (deterministic algorithms asked for)\n";
-  const auto choice = cached_cpu_conv_layout(p, c10::toString(input.scalar_type()), bias.has_value());
-  if (!choice) return "layout: not chosen yet (the first call of this shape times NCHW and channels-last)\n";
-  char line[160];
-  std::snprintf(line, sizeof(line), "layout: %s (timed: NCHW %.3f ms, channels-last with its copies %.3f ms)\n",
-                choice->channels_last ? "channels-last kernels between layout copies" : "NCHW", choice->nchw_ms,
-                choice->channels_last_ms);
-  return line;
+  return explain_cpu_conv_layout(p, c10::toString(input.scalar_type()), bias.has_value());
 }
 
 std::string explain_cpu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,

@@ -3,40 +3,39 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
-#include <algorithm>
 #include <chrono>
-#include <map>
-#include <mutex>
+#include <cstdio>
 #include <vector>
 
 #include "common/options.h"
+#include "common/timed_choice.h"
 
 namespace myops {
 namespace {
 
 constexpr int kRounds = 5;
 
-std::mutex& cache_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-std::map<std::string, CpuLayoutChoice>& cache() {
-  static std::map<std::string, CpuLayoutChoice> chosen;
+ChoiceCache<CpuLayoutChoice>& cache() {
+  static ChoiceCache<CpuLayoutChoice> chosen;
   return chosen;
 }
 
 // The key of a timed choice: the conv's shape, dtype, bias, the threads it runs on and the options.
 std::string layout_key(const ConvTranspose2dParams& p, const std::string& dtype_name, bool has_bias) {
-  std::string key = dtype_name + (has_bias ? "|bias|" : "|") + std::to_string(at::get_num_threads());
-  for (const int64_t v : {p.N, p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH,
-                          p.opW, p.dH, p.dW})
-    key += "," + std::to_string(v);
-  return key + "|" + options_key();
+  return dtype_name + (has_bias ? "|bias|" : "|") + std::to_string(at::get_num_threads()) + conv_params_key(p) + "|" +
+         options_key();
 }
 
-double median(std::vector<double> t) {
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
+// Where no timing decides: the option, or PyTorch's deterministic mode (NCHW); why, for explain.
+struct Rule {
+  bool channels_last;
+  const char* why;
+};
+std::optional<Rule> ruled_layout() {
+  const int forced = option(Option::CpuChannelsLast);
+  if (forced != kAuto) return Rule{forced == kAlways, "forced"};
+  if (at::globalContext().deterministicAlgorithms()) return Rule{false, "deterministic algorithms asked for"};
+  return std::nullopt;
 }
 
 // One warm-up run each, then kRounds rounds that time each way in turn (a drift of the machine's
@@ -52,39 +51,39 @@ CpuLayoutChoice time_layouts(const std::function<void(bool)>& run) {
     }
   }
   CpuLayoutChoice choice;
-  choice.nchw_ms = median(ms[0]);
-  choice.channels_last_ms = median(ms[1]);
+  choice.nchw_ms = median_of(ms[0]);
+  choice.channels_last_ms = median_of(ms[1]);
   choice.channels_last = choice.channels_last_ms < choice.nchw_ms;  // a tie keeps NCHW
   return choice;
+}
+
+const char* layout_name(bool channels_last) {
+  return channels_last ? "channels-last kernels between layout copies" : "NCHW";
 }
 
 }  // namespace
 
 CpuLayoutChoice cpu_conv_layout(const ConvTranspose2dParams& p, const std::string& dtype_name, bool has_bias,
                                 const std::function<void(bool)>& run) {
-  const int forced = option(Option::CpuChannelsLast);
-  if (forced != kAuto || at::globalContext().deterministicAlgorithms()) {
+  if (const auto rule = ruled_layout()) {
     CpuLayoutChoice choice;
-    choice.channels_last = forced == kAlways;
+    choice.channels_last = rule->channels_last;
     return choice;
   }
   const std::string key = layout_key(p, dtype_name, has_bias);
-  {
-    const std::lock_guard<std::mutex> lock(cache_mutex());
-    const auto it = cache().find(key);
-    if (it != cache().end()) return it->second;
-  }
-  const CpuLayoutChoice choice = time_layouts(run);
-  const std::lock_guard<std::mutex> lock(cache_mutex());
-  return cache().emplace(key, choice).first->second;
+  if (const auto cached = cache().find(key)) return *cached;
+  return cache().keep(key, time_layouts(run));
 }
 
-std::optional<CpuLayoutChoice> cached_cpu_conv_layout(const ConvTranspose2dParams& p, const std::string& dtype_name,
-                                                      bool has_bias) {
-  const std::lock_guard<std::mutex> lock(cache_mutex());
-  const auto it = cache().find(layout_key(p, dtype_name, has_bias));
-  if (it == cache().end()) return std::nullopt;
-  return it->second;
+std::string explain_cpu_conv_layout(const ConvTranspose2dParams& p, const std::string& dtype_name, bool has_bias) {
+  if (const auto rule = ruled_layout())
+    return std::string("layout: ") + layout_name(rule->channels_last) + " (" + rule->why + ")\n";
+  const auto choice = cache().find(layout_key(p, dtype_name, has_bias));
+  if (!choice) return "layout: not chosen yet (the first call of this shape times NCHW and channels-last)\n";
+  char line[160];
+  std::snprintf(line, sizeof(line), "layout: %s (timed: NCHW %.3f ms, channels-last with its copies %.3f ms)\n",
+                layout_name(choice->channels_last), choice->nchw_ms, choice->channels_last_ms);
+  return line;
 }
 
 }  // namespace myops

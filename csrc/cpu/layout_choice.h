@@ -4,7 +4,6 @@
 // faster channels-last, a k3 one faster NCHW), so the first call of each shape times both, as
 // cudnn.benchmark does, and the choice is cached for the process.
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "common/conv_params.h"
@@ -22,8 +21,8 @@ struct CpuLayoutChoice {
 CpuLayoutChoice cpu_conv_layout(const ConvTranspose2dParams& p, const std::string& dtype_name, bool has_bias,
                                 const std::function<void(bool)>& run);
 
-// The cached choice of such a call, if it was made (myops.explain).
-std::optional<CpuLayoutChoice> cached_cpu_conv_layout(const ConvTranspose2dParams& p, const std::string& dtype_name,
-                                                      bool has_bias);
+// myops.explain's line for such a call: the layout the option or deterministic mode sets, or the
+// timed choice with its medians, or that the first call has not timed it yet.
+std::string explain_cpu_conv_layout(const ConvTranspose2dParams& p, const std::string& dtype_name, bool has_bias);
 
 }  // namespace myops

@@ -1,6 +1,7 @@
 #include "cuda/conv/cudnn_choice.h"
 
 #include "common/options.h"
+#include "common/timed_choice.h"
 #include "cuda/common/launch.cuh"
 
 #include <c10/util/Exception.h>
@@ -10,8 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <vector>
 
 namespace myops {
@@ -58,20 +57,13 @@ std::vector<float> time_sources(cudaStream_t stream, const std::vector<ConvSourc
   cudaEventDestroy(end);
   std::vector<float> median(n, std::numeric_limits<float>::infinity());
   for (size_t s = 0; s < n; ++s) {
-    auto& t = times[s];
-    if (!ok[s] || t.empty()) continue;
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    median[s] = t[t.size() / 2];
+    if (ok[s] && !times[s].empty()) median[s] = median_of(times[s]);
   }
   return median;
 }
 
-std::mutex& cache_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-std::map<std::string, ConvChoice>& cache() {
-  static std::map<std::string, ConvChoice> chosen;
+ChoiceCache<ConvChoice>& cache() {
+  static ChoiceCache<ConvChoice> chosen;
   return chosen;
 }
 std::string device_key(const std::string& key) {
@@ -91,25 +83,13 @@ const char* conv_source_name(ConvSource source) {
   return "?";
 }
 
-std::optional<ConvChoice> cached_conv_choice(const std::string& key) {
-  const std::string k = device_key(key);
-  const std::lock_guard<std::mutex> lock(cache_mutex());
-  const auto it = cache().find(k);
-  if (it == cache().end()) return std::nullopt;
-  return it->second;
-}
+std::optional<ConvChoice> cached_conv_choice(const std::string& key) { return cache().find(device_key(key)); }
 
 ConvSource timed_conv_source(const std::string& key, cudaStream_t stream, bool may_time,
                              const std::vector<ConvSource>& candidates, const std::function<void(ConvSource)>& run) {
   if (!may_time || candidates.size() < 2) return ConvSource::Myops;
   const std::string dkey = device_key(key);
-  std::mutex& mutex = cache_mutex();
-  std::map<std::string, ConvChoice>& chosen = cache();
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    const auto it = chosen.find(dkey);
-    if (it != chosen.end()) return it->second.source;
-  }
+  if (const auto cached = cache().find(dkey)) return cached->source;
   if (cuda::stream_capturing(stream)) return ConvSource::Myops;
   const std::vector<float> ms = time_sources(stream, candidates, run);
   ConvChoice choice;
@@ -119,8 +99,7 @@ ConvSource timed_conv_source(const std::string& key, cudaStream_t stream, bool m
     if (ms[s] < ms[best]) best = s;
   }
   choice.source = candidates[best];
-  const std::lock_guard<std::mutex> lock(mutex);
-  return chosen.emplace(dkey, std::move(choice)).first->second.source;
+  return cache().keep(dkey, std::move(choice)).source;
 }
 
 }  // namespace myops

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "common/timed_choice.h"
+
 namespace myops {
 namespace host {
 
@@ -113,10 +115,7 @@ bool cudnn_may_be_timed() {
 
 std::string conv_source_key(const char* op, const std::string& extra, const ConvTranspose2dParams& p,
                             const at::Tensor& input, bool has_bias) {
-  std::string key = std::string(op) + "|" + extra;
-  for (const int64_t v : {p.N, p.C_in, p.H, p.W, p.C_out, p.kH, p.kW, p.groups, p.sH, p.sW, p.pH, p.pW, p.opH,
-                          p.opW, p.dH, p.dW})
-    key += "," + std::to_string(v);
+  std::string key = std::string(op) + "|" + extra + conv_params_key(p);
   key += input.is_contiguous(at::MemoryFormat::ChannelsLast) ? "|nhwc" : "|nchw";
   key += has_bias ? "|bias" : "";
   key += std::string("|") + c10::toString(input.scalar_type()) + (strict_fp32(input) ? "|strict" : "");
