@@ -25,7 +25,7 @@ def parse_args(description, extra=None):
                    help="myops.compile.enable(measure=True): rewrite only chains timed faster than eager")
     p.add_argument("--profile", action="store_true", help="print the CUDA kernels of each row (torch.profiler)")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                   help="a myops.backends option for the run (e.g. cuda_graph_channels_last=1)")
+                   help="a myops.backends option for the run (e.g. recompute_conv=1)")
     args = p.parse_args()
     myops.backends.set_options(**dict(myops.backends.parse_assignment(o) for o in args.option))
     return args

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from .ops import conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm as fused_api
-from .norm_act import conv_transpose2d_routed, gelu_group_norm_chain
+from .norm_act import gelu_group_norm_chain
 from .ops import group_norm_with_stats
 
 log = logging.getLogger("myops.compile")
@@ -445,7 +445,6 @@ def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, dev
     with its reason."""
     for dims, op in ((2, torch.ops.myops.conv_transpose2d.default), (1, torch.ops.myops.conv_transpose1d.default)):
         kind = op._schema.name.split("::")[1]
-        target = conv_transpose2d_routed if dims == 2 else op
         for node in list(graph.nodes):
             conv = _conv_args(node, devices, dims=dims)
             if conv is None:
@@ -462,5 +461,5 @@ def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, dev
             if reason is not None:
                 log.info("myops.compile: standalone %s left to Inductor: %s", kind, reason)
                 continue
-            _replace(graph, node, [], target, conv)
+            _replace(graph, node, [], op, conv)
             counts[kind] = counts.get(kind, 0) + 1

@@ -57,10 +57,6 @@ OPTIONS = {
     "cpu_channels_last": (_TRI, "the CPU conv of an NCHW input by oneDNN's channels-last kernels, layout copies "
                                 "included: 'auto' (the faster way, timed at the first call of each shape; NCHW "
                                 "under torch.use_deterministic_algorithms), 'never', 'always'"),
-    "cuda_graph_channels_last": (_BOOL, "torch.compile: a family chain traced for CUDA takes its input and weight "
-                                        "channels-last in the graph, as Inductor lays out its own convs, so that "
-                                        "the op's cuDNN candidate is that conv with no layout copy (off: as given). "
-                                        "Read when a call is traced"),
 }
 
 CONV_ENGINES = ("direct", "few_channels", "mma", "wgmma")

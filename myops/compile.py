@@ -48,7 +48,7 @@ from . import _autocast, _chains, _distributed, _fx_match, _measure, backends, n
 log = logging.getLogger("myops.compile")
 
 # myops.backends options read while a replacement is traced (part of the pass's uuid)
-_TRACED_OPTIONS = ("recompute_conv", "cuda_graph_channels_last")
+_TRACED_OPTIONS = ("recompute_conv",)
 _SEED_KINDS = ("conv_transpose2d_gelu_group_norm", "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
                "conv_transpose2d")
 _stats: Dict[str, int] = dict.fromkeys(_SEED_KINDS, 0)  # chains rewritten, by kind

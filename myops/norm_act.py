@@ -111,11 +111,10 @@ def conv_transpose2d_norm_act(
     batch_stats = norm == "group_norm" or (norm in ("batch_norm", "instance_norm") and training)
     stats, groups_n = _stats_kind(norm, batch_stats, num_groups, running_mean, running_var, input, weight,
                                   conv_args)
-    if input.dim() == 4 and not _eager(input) and _channels_last_in_graph(input.device.type):
+    if input.dim() == 4 and not _eager(input) and input.device.type == "cpu":
         # traced (torch.compile) for the CPU: oneDNN's channels-last conv is the faster one, and
         # Inductor reads the output where it lies, as it does after its own convs (the weight too
-        # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own);
-        # for CUDA under cuda_graph_channels_last: cuDNN's candidate is then Inductor's own conv
+        # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own)
         input, weight = _channels_last(input, weight)
     if act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias):
         out, mean, var = _act_stats_saving_conv(input, weight, bias, conv_args, activation, negative_slope,
@@ -165,28 +164,10 @@ def gelu_group_norm_chain(input: Tensor, weight: Tensor, bias: Optional[Tensor],
                                                             gn_weight, gn_bias, eps)
 
 
-def conv_transpose2d_routed(input: Tensor, weight: Tensor, bias: Optional[Tensor], stride, padding, output_padding,
-                            groups, dilation) -> Tensor:
-    """A standalone ConvTranspose2d as the compile pass routes it (traced): myops.conv_transpose2d,
-    its input and weight channels-last on CUDA where a family chain's would be (the option
-    cuda_graph_channels_last; the CPU's routed convs keep their layout: its plain conv times both)."""
-    if input.dim() == 4 and input.device.type == "cuda" and _channels_last_in_graph("cuda"):
-        input, weight = _channels_last(input, weight)
-    return torch.ops.myops.conv_transpose2d.default(input, weight, bias, stride, padding, output_padding, groups,
-                                                    dilation)
-
-
 def _channels_last(input: Tensor, weight: Tensor) -> Tuple[Tensor, Tensor]:
     """A 4-D input and its conv weight (where 4-D) channels-last."""
     return (input.contiguous(memory_format=torch.channels_last),
             weight.contiguous(memory_format=torch.channels_last) if weight.dim() == 4 else weight)
-
-
-def _channels_last_in_graph(device_type: str) -> bool:
-    """Whether a chain traced for device_type takes its conv's input and weight channels-last: on
-    the CPU always; on CUDA where the option cuda_graph_channels_last asks for it."""
-    from . import backends
-    return device_type == "cpu" or (device_type == "cuda" and bool(backends.get_option("cuda_graph_channels_last")))
 
 
 def _saves_conv(activation: str, negative_slope: float, *tensors: Optional[Tensor]) -> bool:

@@ -63,8 +63,6 @@ step family_bf16 python3 -m myops.bench --dtype bfloat16 --workloads "$FAMILY,L2
 step train_fp32 python3 -m myops.bench --train --dtype float32 --workloads "$FAMILY,L2_19,L2_11"
 step train_bf16 python3 -m myops.bench --train --dtype bfloat16 --workloads "$FAMILY,L2_19,L2_11"
 step demos bash -c "cd compile_demos && python3 architectures_demo.py --dtype bfloat16 && python3 architectures_demo.py --dtype float32"
-# the same with the family's convs fed channels-last in the graph (the option's default waits on this)
-step demos_channels_last bash -c "cd compile_demos && for t in bfloat16 float32; do python3 architectures_demo.py --dtype \$t --skip-training --option cuda_graph_channels_last=1; done"
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step bench python3 -m myops.bench --json "$OUT/bench.json" "$@"
   [ -f "$OUT/bench.log" ] && grep '^|' "$OUT/bench.log"

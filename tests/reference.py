@@ -202,6 +202,13 @@ CONV_KERNEL_OPTIONS = {
 }
 
 
+def hopper_engine_runs() -> bool:
+    """Whether the Hopper (wgmma) engine can run here: an sm_90 GPU and the option hopper on (under
+    --myops-option hopper=0 the tests that name its kernels expect the sm_80 engines instead)."""
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+            and bool(myops.backends.get_option("hopper")))
+
+
 def set_conv_kernel(kernel):
     """Options of CONV_KERNEL_OPTIONS[kernel] through myops.backends (conftest undoes them)."""
     myops.backends.set_options(**CONV_KERNEL_OPTIONS[kernel])

@@ -13,12 +13,17 @@ import torch
 import myops.backends
 
 from conftest import HAS_CUDA, NO_CUDA
-from reference import (assert_matches, conv_args, make_conv_inputs, random_tma_conv_config,
+from reference import (assert_matches, conv_args, hopper_engine_runs, make_conv_inputs, random_tma_conv_config,
                        random_wide_conv_config, ref_fused, set_conv_kernel, tolerance)
 
-HOPPER = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
-pytestmark = [pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA),
-              pytest.mark.skipif(not HOPPER, reason="the overlap runs with the Hopper (wgmma) conv kernel: needs sm_90")]
+pytestmark = pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
+
+
+@pytest.fixture(autouse=True)
+def _hopper_engine():
+    # (after conftest's options: --myops-option hopper=0 turns the engine off)
+    if not hopper_engine_runs():
+        pytest.skip("the overlap runs with the Hopper (wgmma) conv kernel: sm_90 and the option hopper on")
 
 OP = torch.ops.myops.conv_transpose2d_gelu_group_norm
 

@@ -30,7 +30,6 @@ enum class Option : int {
   CpuReference,    // the CPU conv by our GEMM + col2im reference instead of ATen's (oneDNN)
   RecomputeConv,   // training: act-first family chains recompute the conv in backward (myops/norm_act.py)
   CpuChannelsLast, // tri-state: the CPU conv of an NCHW input by oneDNN's channels-last kernels (auto: timed)
-  CudaGraphChannelsLast,  // torch.compile: a CUDA family chain's conv fed channels-last in the graph (myops/norm_act.py)
   kCount
 };
 
