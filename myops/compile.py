@@ -28,10 +28,12 @@ device.
 
 Measured selection (``enable(measure=True)``): each matched chain is timed at compile time, on
 the graph's shapes and device with random inputs, as the fused op and as the chain in eager
-PyTorch, and rewritten only where the fused op is faster. Inductor runs such a chain with the
-same convolution as eager and fuses its other passes, so it is normally at least as fast as
-eager: this declines chains the fused op would slow down (and may keep some that Inductor's own
-code would run faster). Graphs with dynamic shapes are not measured.
+PyTorch (its conv's input and weight as given and channels-last, the faster counting: Inductor
+lays out a graph's convolutions channels-last where that pays, with no copy), and rewritten only
+where the fused op is faster. Inductor runs such a chain with the same convolution as eager and
+fuses its other passes, so it is normally at least as fast as eager: this declines chains the
+fused op would slow down (and may keep some that Inductor's own code would run faster). Graphs
+with dynamic shapes are not measured.
 """
 import contextlib
 import functools

@@ -570,6 +570,27 @@ def test_measured_selection_follows_the_timings(case, fused_faster, monkeypatch)
     assert mc.stats()[pattern] == int(fused_faster)
 
 
+def test_measured_reference_takes_its_faster_layout(monkeypatch):
+    # the chain as Inductor may lay it out: the conv's input and weight as given or channels-last
+    # (a 4-D conv; a 1-D one as given), the faster counting
+    layouts = []
+
+    def reference(x, w, b):
+        layouts.append(x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+                       and w.is_contiguous(memory_format=torch.channels_last))
+
+    candidate = myops._fx_match.Candidate("chain", [], lambda *t: None, reference)
+    times = {"fused": 3.0, "eager": 2.0, "eager_channels_last": 1.0}
+    monkeypatch.setattr(myops._measure, "median_ms_each",
+                        lambda fns, *a, **k: {label: (fn(), times[label])[1] for label, fn in fns.items()})
+    x, w = torch.randn(2, 4, 5, 5), torch.randn(4, 6, 3, 3)
+    assert myops._measure.chain_times(candidate, [x, w, None], "cpu") == (3.0, 1.0)
+    assert layouts == [False, True]
+    layouts.clear()
+    assert myops._measure.chain_times(candidate, [x[:, :, 0], w[:, :, 0], None], "cpu") == (3.0, 2.0)
+    assert layouts == [False]
+
+
 def test_measured_selection_times_for_real_logs_and_remembers(caplog):
     model = Block(4, 6, 3, 3)
     mc.enable(devices=None, measure=True)
