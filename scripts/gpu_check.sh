@@ -32,10 +32,13 @@ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, torch
 step build env TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-8.0;9.0a}" python3 setup.py build_ext --inplace
 # PYTEST_WORKERS=n: the suite in n processes sharing the GPU (pytest-xdist, carried in .whl/);
 # PYTEST_ARGS: more pytest arguments (e.g. --myops-option hopper=0; --myops-cuda-only, the tests CPU
-# CI skips; --myops-shard 1/2: the GPU tests run past one 10-minute device call even with 8 workers)
+# CI skips; --myops-shard 1/3: the GPU tests take about 11 minutes with 8 workers on an H100,
+# more than one 10-minute device call)
 workers=()
 if [ -n "${PYTEST_WORKERS:-}" ] && python3 -c "import xdist" 2>/dev/null; then workers=(-n "$PYTEST_WORKERS"); fi
-step pytest python3 -m pytest tests -q -p no:cacheprovider -rf --durations=20 "${workers[@]}" ${PYTEST_ARGS:-}
+# (-v: a line per finished test, so that a call cut off by its time limit still shows which passed,
+# failed or never finished; -rf and the durations come only at the end)
+step pytest python3 -m pytest tests -v -p no:cacheprovider -rf --durations=20 "${workers[@]}" ${PYTEST_ARGS:-}
 step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/sanitize_cases.py
 step racecheck compute-sanitizer --tool racecheck --kernel-name kns=myops --error-exitcode 1 python3 scripts/sanitize_cases.py --fused-only --ours-only
 # the Hopper kernel on every case it can run, and the mma.sync kernel alone
