@@ -139,7 +139,7 @@ def main(argv=None):
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32")
     p.add_argument("--strict-fp32", action="store_true", help="TF32 off everywhere (cuDNN, cuBLAS, Inductor, myops)")
-    p.add_argument("--workloads", default=",".join(workloads.WORKLOADS), help="comma-separated subset")
+    p.add_argument("--workloads", default=None, help="comma-separated subset (default: every one with a size for the device)")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     p.add_argument("--train", action="store_true",
                    help="time a training step (forward + backward: gradients of the input and every parameter)")
@@ -169,7 +169,7 @@ def main(argv=None):
     if args.sweep:
         return _sweep(args, device, argv)
     rows = []
-    for name in args.workloads.split(","):
+    for name in (args.workloads.split(",") if args.workloads else workloads.names(device)):
         r = run_workload(name, device, DTYPES[args.dtype], not args.no_compile, reps, train=args.train)
         r["strict_fp32"] = args.strict_fp32
         rows.append(r)

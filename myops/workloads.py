@@ -1,10 +1,11 @@
 """The seed workloads of DESIGN.md as PyTorch modules plus the equivalent myops call.
 
 Full sizes on CUDA; on the CPU the same layers at a CPU-sized input (batch 2-4, ~64x64), which is
-what the CPU bench mode and the demos run.
+what the CPU bench mode and the demos run (rows without a CPU size run on CUDA only).
 """
+import math
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 from torch import nn
@@ -58,10 +59,10 @@ class GroupNormModule(nn.Module):
 
 
 class ConvTransposeNormAct(nn.Module):
-    """ConvTranspose2d -> a normalisation -> an activation, as published generators write them (in
-    train() mode as constructed: BatchNorm normalises with batch statistics)."""
+    """ConvTranspose1d / 2d -> a normalisation -> an activation, as published generators write them
+    (in train() mode as constructed: BatchNorm normalises with batch statistics)."""
 
-    def __init__(self, conv: nn.ConvTranspose2d, norm: nn.Module, act: nn.Module):
+    def __init__(self, conv: nn.Module, norm: nn.Module, act: nn.Module):
         super().__init__()
         self.conv, self.norm, self.act = conv, norm, act
 
@@ -96,9 +97,8 @@ class Case:
     chain: bool = False
 
 
-def _conv_flops(x, conv: nn.ConvTranspose2d):
-    c_in, c_out_g, kh, kw = conv.weight.shape
-    return 2.0 * x.numel() * c_out_g * kh * kw
+def _conv_flops(x, conv: nn.Module):  # a ConvTranspose1d / 2d: each input value times its taps
+    return 2.0 * x.numel() * math.prod(conv.weight.shape[1:])
 
 
 def _l2_19(n, hw, device, dtype):
@@ -141,12 +141,14 @@ def _group_norm(n, hw, device, dtype):
                 0.0, 2 * x.numel() * x.element_size())
 
 
-def _norm_act(n, c_in, c_out, hw, norm, act, device, dtype, **conv_kwargs):
-    """A chain of the family at a demo architecture's size; the myops row is torch.compile with
-    the rewrite (its normalisation is torch ops that Inductor fuses)."""
-    conv = nn.ConvTranspose2d(c_in, c_out, **conv_kwargs)
+def _norm_act(n, c_in, c_out, hw, norm, act, device, dtype, length=None, **conv_kwargs):
+    """A chain of the family at a demo architecture's size (hw x hw images, or with length a 1-D
+    signal); the myops row is torch.compile with the rewrite (its normalisation is torch ops that
+    Inductor fuses)."""
+    conv = (nn.ConvTranspose2d if length is None else nn.ConvTranspose1d)(c_in, c_out, **conv_kwargs)
     block = ConvTransposeNormAct(conv, norm, act).to(device, dtype)
-    x = torch.rand(n, c_in, hw, hw, device=device, dtype=dtype)
+    size = (hw, hw) if length is None else (length,)
+    x = torch.rand(n, c_in, *size, device=device, dtype=dtype)
     with torch.no_grad():
         out_numel = conv(x[:1]).numel() * n
     return Case(block, x, None, _conv_flops(x, conv), (x.numel() + out_numel) * x.element_size(), chain=True)
@@ -165,6 +167,15 @@ def _pix2pix(n, c, hw, d, t):  # U-Net up block: ConvT(k4 s2 p1, no bias) -> BN 
 def _cyclegan(n, c, hw, d, t):  # ResNet generator's upsampling: ConvT(k3 s2 p1 op1) -> IN -> ReLU
     return _norm_act(n, c, c // 2, hw, nn.InstanceNorm2d(c // 2), nn.ReLU(True), d, t, kernel_size=3, stride=2,
                      padding=1, output_padding=1)
+
+
+def _dcgan_head(n, hw, d, t):  # DCGAN generator's image head: ConvT(64 -> 3, k4 s2 p1, no bias) -> Tanh
+    return _norm_act(n, 64, 3, hw, nn.Identity(), nn.Tanh(), d, t, kernel_size=4, stride=2, padding=1, bias=False)
+
+
+def _vocoder(n, c, length, d, t):  # HiFi-GAN's first up-sampler (k16 s8 p4), then the next block's LeakyReLU
+    return _norm_act(n, c, c // 2, None, nn.Identity(), nn.LeakyReLU(0.1), d, t, length=length, kernel_size=16,
+                     stride=8, padding=4)
 
 
 def _decoder(n, c, hw, groups, d, t):  # Upsample2D(use_conv_transpose) -> ResnetBlock2D's GN -> SiLU
@@ -189,11 +200,21 @@ WORKLOADS: Dict[str, tuple] = {
     "pix2pix_bn": (lambda d, t: _pix2pix(16, 512, 16, d, t), lambda d, t: _pix2pix(4, 256, 16, d, t)),
     "cyclegan_in_relu": (lambda d, t: _cyclegan(4, 128, 128, d, t), lambda d, t: _cyclegan(1, 64, 64, d, t)),
     "decoder_gn_silu": (lambda d, t: _decoder(8, 512, 32, 32, d, t), lambda d, t: _decoder(2, 128, 32, 8, d, t)),
+    # conv + activation chains: rewritten on CUDA only (on the CPU the pass leaves them to Inductor)
+    "dcgan_tanh": (lambda d, t: _dcgan_head(256, 32, d, t), None),
+    "vocoder_leaky_relu": (lambda d, t: _vocoder(16, 512, 512, d, t), None),
 }
+
+
+def names(device: str) -> List[str]:
+    """The workloads that have a size for device ("cuda" or "cpu")."""
+    return [name for name, (full, cpu_sized) in WORKLOADS.items() if device == "cuda" or cpu_sized is not None]
 
 
 def build(name: str, device: str, dtype: torch.dtype, train: bool = False) -> Case:
     """Workload `name`; train: its myops row set up for a training step."""
+    if name not in names(device):
+        raise ValueError(f"myops.bench: no workload {name!r} on {device} (workloads there: {', '.join(names(device))})")
     full, cpu_sized = WORKLOADS[name]
     case = (full if device == "cuda" else cpu_sized)(device, dtype)
     if case.chain and (train or case.myops_fn is None):

@@ -58,7 +58,7 @@ step demo_vae_up_block_measured python3 compile_demos/vae_up_block.py --measure
 step demo_dcgan_generator_measured python3 compile_demos/dcgan_generator.py --measure
 # issue-sized measurements: the layer sweep (standalone convs against every stock choice) and the
 # family's chains, inference and a training step, float32 and bfloat16
-FAMILY=dcgan_bn_relu,pix2pix_bn,cyclegan_in_relu,decoder_gn_silu
+FAMILY=dcgan_bn_relu,pix2pix_bn,cyclegan_in_relu,decoder_gn_silu,dcgan_tanh,vocoder_leaky_relu
 step sweep_fp32 python3 -m myops.bench --sweep --dtype float32 --json "$OUT/sweep_fp32.json"
 step sweep_bf16 python3 -m myops.bench --sweep --dtype bfloat16 --json "$OUT/sweep_bf16.json"
 step family_fp32 python3 -m myops.bench --dtype float32 --workloads "$FAMILY,L2_19,L2_11"

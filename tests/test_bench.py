@@ -36,6 +36,23 @@ def test_bench_cli_cpu_training_rows():
         assert r["myops_peak_mib"] is None  # peak memory: CUDA only
 
 
+def test_cuda_only_rows_are_named_on_the_cpu():
+    # conv + activation rows exist at CUDA size only (the CPU pass leaves such chains to Inductor):
+    # not in the CPU's default list, and asked for by name, a clear error
+    from myops import workloads
+    assert "vocoder_leaky_relu" in workloads.names("cuda") and "vocoder_leaky_relu" not in workloads.names("cpu")
+    with pytest.raises(ValueError, match="myops.bench: no workload 'vocoder_leaky_relu' on cpu"):
+        bench.main(["--device", "cpu", "--workloads", "vocoder_leaky_relu", "--no-compile", "--reps", "1"])
+
+
+def test_one_dimensional_chain_rows_build():
+    # the vocoder row's builder (a 1-D chain), at a small size on the CPU: the module and its FLOPs
+    from myops import workloads
+    case = workloads._vocoder(2, 16, 8, "cpu", torch.float32)
+    out = case.module(case.input)
+    assert out.shape == (2, 8, 64) and case.flops == 2.0 * case.input.numel() * 8 * 16
+
+
 def test_plot_without_matplotlib_says_so(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # an import of it fails
     rows = bench.main(["--device", "cpu", "--workloads", "gelu", "--no-compile", "--reps", "1",
