@@ -194,6 +194,45 @@ def test_residual_reads_the_conv_output_from_the_rewritten_call():
     _close(g, g_ref, 1e-3)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_chains_inside_activation_checkpoints(device):
+    # torch.utils.checkpoint around a chain (the low-memory form of training): still rewritten,
+    # gradients and BatchNorm buffers as eager's without the checkpoint
+    # (eager's recomputation updates the running buffers a second time; compiled graphs, plain
+    # torch.compile's too, update them once)
+    from torch.utils.checkpoint import checkpoint
+
+    class Generator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Sequential(nn.ConvTranspose2d(8, 8, 4, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+            self.head = nn.ConvTranspose2d(8, 3, 4, 2, 1)
+            self.checkpointed = True
+
+        def forward(self, x):
+            h = checkpoint(self.block, x, use_reentrant=False) if self.checkpointed else self.block(x)
+            return torch.tanh(self.head(h))
+
+    torch.manual_seed(0)
+    model = Generator().to(device)
+    eager = copy.deepcopy(model)
+    eager.checkpointed = False
+    x = torch.randn(2, 8, 8, 8, device=device)
+    mc.enable(devices=None)
+    compiled = torch.compile(model, fullgraph=True)
+    tol = 2e-4 if device == "cpu" else 1e-2
+    for _ in range(2):
+        out, ref = compiled(x), eager(x)
+        _close(out, ref, tol)
+        out.square().mean().backward()
+        ref.square().mean().backward()
+    assert _rewritten().get("conv_transpose2d_batch_norm_relu") == 1
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        _close(p.grad, q.grad, 10 * tol)
+    for b, r in zip(model.buffers(), eager.buffers()):
+        _close(b.float(), r.float(), tol)
+
+
 def test_default_devices_leave_cpu_chains_alone():
     model = arch.DCGANGenerator(nz=8, ngf=4)
     myops._fx_match._DEVICES_WARNED.clear()  # (warned once per process and device)
