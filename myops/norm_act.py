@@ -296,12 +296,17 @@ def normalize_one_pass(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight:
     makes them contiguous in C++): few small ops, as their dispatch is most of a small layer's time."""
     n, c = x.shape[0], x.shape[1]
     ct = torch.float64 if x.dtype == torch.float64 else torch.float32
-    scale = _per_sample_channel((var.to(ct) + eps).rsqrt(), c)
+    scale = _per_sample_channel((_as(var, ct) + eps).rsqrt(), c)
     if weight is not None:
-        scale = scale * weight.to(ct)
-    shift = bias.to(ct) if bias is not None else scale.new_zeros(())
-    return torch.ops.myops.normalize_act(x, _per_sample_channel(mean.to(ct), c).expand(n, c), scale.expand(n, c),
+        scale = scale * _as(weight, ct)
+    shift = _as(bias, ct) if bias is not None else scale.new_zeros(())
+    return torch.ops.myops.normalize_act(x, _per_sample_channel(_as(mean, ct), c).expand(n, c), scale.expand(n, c),
                                          shift.expand(n, c), activation, float(negative_slope), approximate)
+
+
+def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """t in dtype (t itself where it is: Tensor.to's call costs more than the check)."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def normalize(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Optional[Tensor], bias: Optional[Tensor],
