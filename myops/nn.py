@@ -47,17 +47,18 @@ def _member_reader():
     return getattr if _is_compiling() else _own_member
 
 
-def _output_padding(conv: nn.ConvTranspose2d, input: Tensor, output_size: Sequence[int]) -> List[int]:
-    """The output_padding that gives conv output_size (as nn.ConvTranspose2d.forward)."""
+def _output_padding(conv: nn.Module, input: Tensor, output_size: Sequence[int]) -> List[int]:
+    """The output_padding that gives conv (a ConvTranspose1d / 2d) output_size, as its forward."""
     return conv._output_padding(input, list(output_size), list(conv.stride), list(conv.padding),
-                                list(conv.kernel_size), 2, list(conv.dilation))
+                                list(conv.kernel_size), len(conv.kernel_size), list(conv.dilation))
 
 
-def _conv_args(conv: nn.ConvTranspose2d, input: Tensor, output_size: Optional[Sequence[int]], read=getattr) -> tuple:
-    """(weight, bias, conv_args): conv's tensors (read by `read`: _member_reader) and its (stride,
-    padding, output_padding, groups, dilation) as the ops' *_chain_call functions take them."""
-    if conv.padding_mode != "zeros":  # as nn.ConvTranspose2d
-        raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
+def _conv_args(conv: nn.Module, input: Tensor, output_size: Optional[Sequence[int]], read=getattr) -> tuple:
+    """(weight, bias, conv_args): conv's (a ConvTranspose1d / 2d) tensors (read by `read`:
+    _member_reader) and its (stride, padding, output_padding, groups, dilation) as the ops'
+    *_chain_call functions take them."""
+    if conv.padding_mode != "zeros":  # as nn.ConvTranspose1d / 2d
+        raise ValueError(f"Only `zeros` padding mode is supported for {type(conv).__name__}")
     # (the module's own tuples: the ops take a sequence; no copies before the first kernel)
     output_padding = conv.output_padding if output_size is None else _output_padding(conv, input, output_size)
     return read(conv, "weight"), read(conv, "bias"), (
@@ -205,9 +206,15 @@ class ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm(nn.Module):
                                 output_size, read)
 
 
-# The family's layers (exact types): normalisation -> the API's norm name; activation -> its name
-_NORMS = {nn.BatchNorm2d: "batch_norm", nn.SyncBatchNorm: "sync_batch_norm", nn.InstanceNorm2d: "instance_norm",
-          nn.GroupNorm: "group_norm"}
+# The family's layers (exact types): normalisation -> the API's norm name (by the conv's spatial
+# dimensions: a BatchNorm2d cannot follow a ConvTranspose1d); activation -> its name
+_NORMS_BY_DIMS = {
+    2: {nn.BatchNorm2d: "batch_norm", nn.SyncBatchNorm: "sync_batch_norm", nn.InstanceNorm2d: "instance_norm",
+        nn.GroupNorm: "group_norm"},
+    1: {nn.BatchNorm1d: "batch_norm", nn.SyncBatchNorm: "sync_batch_norm", nn.InstanceNorm1d: "instance_norm",
+        nn.GroupNorm: "group_norm"},
+}
+_CONVS = {nn.ConvTranspose2d: 2, nn.ConvTranspose1d: 1}
 _ACTIVATIONS = {nn.ReLU: "relu", nn.LeakyReLU: "leaky_relu", nn.SiLU: "silu", nn.GELU: "gelu", nn.Tanh: "tanh",
                 nn.Sigmoid: "sigmoid"}
 
@@ -218,7 +225,7 @@ def _norm_kwargs(norm: nn.Module, read) -> Tuple[dict, Optional[Tensor]]:
     if isinstance(norm, nn.GroupNorm):
         return dict(norm="group_norm", num_groups=norm.num_groups, norm_weight=read(norm, "weight"),
                     norm_bias=read(norm, "bias"), eps=norm.eps), None
-    if isinstance(norm, (nn.BatchNorm2d, nn.SyncBatchNorm)):
+    if isinstance(norm, (nn.BatchNorm1d, nn.BatchNorm2d, nn.SyncBatchNorm)):
         (running_mean, running_var, weight, bias, training, momentum, eps), owed = _batch_norm_arguments(norm, read)
         kwargs = dict(norm="batch_norm", running_mean=running_mean, running_var=running_var, norm_weight=weight,
                       norm_bias=bias, training=training, momentum=momentum, eps=eps)
@@ -240,25 +247,22 @@ def _activation_kwargs(act: nn.Module) -> dict:
     return dict(activation=name)
 
 
-class ConvTranspose2dNormAct(nn.Module):
-    """A transposed convolution, a normalisation (``nn.BatchNorm2d``, ``nn.SyncBatchNorm``,
-    ``nn.InstanceNorm2d``, ``nn.GroupNorm``) and an activation (``nn.ReLU``, ``nn.LeakyReLU``, ``nn.SiLU``, ``nn.GELU``,
-    ``nn.Tanh``, ``nn.Sigmoid``; or none), in either order, as one call to
-    :func:`myops.conv_transpose2d_norm_act`. Built over existing layers with :meth:`from_modules`
-    (or by :func:`swap_modules`); its children are those layers, in their order. The norm behaves
-    as its module does in train and eval mode, running buffers and ``num_batches_tracked``
-    included."""
+class _ConvTransposeNormAct(nn.Module):
+    """ConvTranspose{1,2}dNormAct: the conv type, its norms and the API function by subclass."""
+    _conv: type
+    _api = None
 
     @classmethod
-    def from_modules(cls, conv: nn.ConvTranspose2d, *layers: nn.Module) -> "ConvTranspose2dNormAct":
+    def from_modules(cls, conv: nn.Module, *layers: nn.Module) -> "_ConvTransposeNormAct":
         """The fused module over ``conv`` and then a norm and an activation, in their order (one of
         them may be absent); parameters and buffers are shared, not copied."""
-        _require(cls, "conv", conv, (nn.ConvTranspose2d,))
-        norms = [m for m in layers if type(m) in _NORMS]
+        _require(cls, "conv", conv, (cls._conv,))
+        norm_types = _NORMS_BY_DIMS[_CONVS[cls._conv]]
+        norms = [m for m in layers if type(m) in norm_types]
         acts = [m for m in layers if type(m) in _ACTIVATIONS]
         if len(norms) > 1 or len(acts) > 1 or len(norms) + len(acts) != len(layers) or not layers:
             raise TypeError(f"myops.nn.{cls.__name__}.from_modules: after 'conv', expected a normalisation "
-                            f"({', '.join('nn.' + t.__name__ for t in _NORMS)}) and / or an activation "
+                            f"({', '.join('nn.' + t.__name__ for t in norm_types)}) and / or an activation "
                             f"({', '.join('nn.' + t.__name__ for t in _ACTIVATIONS)}), got "
                             f"{[type(m).__name__ for m in layers]}")
         if norms:
@@ -266,7 +270,7 @@ class ConvTranspose2dNormAct(nn.Module):
             _require_channels(cls, "norm", channels, conv)
         children = {"conv": conv}
         for m in layers:
-            children["norm" if type(m) in _NORMS else "act"] = m
+            children["norm" if type(m) in norm_types else "act"] = m
         fused = _adopt(cls, **children)
         fused.order = "act_norm" if acts and norms and layers[0] is acts[0] else "norm_act"
         return fused
@@ -278,8 +282,27 @@ class ConvTranspose2dNormAct(nn.Module):
         kwargs, owed = _norm_kwargs(norm, read) if norm is not None else (dict(norm="none"), None)
         if act is not None:
             kwargs.update(_activation_kwargs(act))
-        return norm_act.conv_transpose2d_norm_act(input, weight, bias, *conv_args, order=self.order,
-                                                  num_batches_tracked=owed, **kwargs)
+        return type(self)._api(input, weight, bias, *conv_args, order=self.order, num_batches_tracked=owed, **kwargs)
+
+
+class ConvTranspose2dNormAct(_ConvTransposeNormAct):
+    """A transposed convolution, a normalisation (``nn.BatchNorm2d``, ``nn.SyncBatchNorm``,
+    ``nn.InstanceNorm2d``, ``nn.GroupNorm``) and an activation (``nn.ReLU``, ``nn.LeakyReLU``, ``nn.SiLU``, ``nn.GELU``,
+    ``nn.Tanh``, ``nn.Sigmoid``; or none), in either order, as one call to
+    :func:`myops.conv_transpose2d_norm_act`. Built over existing layers with :meth:`from_modules`
+    (or by :func:`swap_modules`); its children are those layers, in their order. The norm behaves
+    as its module does in train and eval mode, running buffers and ``num_batches_tracked``
+    included."""
+    _conv = nn.ConvTranspose2d
+    _api = staticmethod(norm_act.conv_transpose2d_norm_act)
+
+
+class ConvTranspose1dNormAct(_ConvTransposeNormAct):
+    """:class:`ConvTranspose2dNormAct` after an ``nn.ConvTranspose1d`` (inputs ``[N, C, L]``), with
+    the 1-D normalisations (``nn.BatchNorm1d``, ``nn.SyncBatchNorm``, ``nn.InstanceNorm1d``,
+    ``nn.GroupNorm``): one call to :func:`myops.conv_transpose1d_norm_act`."""
+    _conv = nn.ConvTranspose1d
+    _api = staticmethod(norm_act.conv_transpose1d_norm_act)
 
 
 # The chains the swapper replaces: the layer types in order (exact types: a subclass may have its
@@ -300,11 +323,12 @@ def _has_hooks(module: nn.Module) -> bool:
 
 
 def _family_run(layers: Sequence[nn.Module]) -> int:
-    """How many layers from the start form a family chain: a ConvTranspose2d, then a norm and / or
-    an activation in either order (0: none)."""
-    if not layers or type(layers[0]) is not nn.ConvTranspose2d:
+    """How many layers from the start form a family chain: a ConvTranspose1d / 2d, then a norm (of
+    its dimensions) and / or an activation in either order (0: none)."""
+    if not layers or type(layers[0]) not in _CONVS:
         return 0
-    kinds = [_NORMS if type(m) in _NORMS else _ACTIVATIONS if type(m) in _ACTIVATIONS else None for m in layers[1:3]]
+    norms = _NORMS_BY_DIMS[_CONVS[type(layers[0])]]
+    kinds = [norms if type(m) in norms else _ACTIVATIONS if type(m) in _ACTIVATIONS else None for m in layers[1:3]]
     if kinds[:1] == [None] or not kinds:
         return 0
     return 3 if len(kinds) == 2 and kinds[1] is not None and kinds[1] is not kinds[0] else 2
@@ -312,13 +336,16 @@ def _family_run(layers: Sequence[nn.Module]) -> int:
 
 def _fused(layers: Sequence[nn.Module]) -> Optional[Tuple[str, nn.Module, int]]:
     """(chain name, fused module, layers it takes) for a run of layers that starts with one of
-    CHAINS exactly, or with a family chain (ConvTranspose2dNormAct), else None."""
+    CHAINS exactly, or with a family chain (ConvTranspose{1,2}dNormAct), else None."""
     span = _family_run(layers)
     candidates = list(CHAINS.items())
     if span:
         run = layers[:span]
-        kind = "_".join(["conv_transpose2d"] + [{**_NORMS, **_ACTIVATIONS}[type(m)] for m in run[1:]])
-        candidates.append((kind, (tuple(type(m) for m in run), ConvTranspose2dNormAct)))
+        dims = _CONVS[type(run[0])]
+        kind = "_".join([f"conv_transpose{dims}d"] + [{**_NORMS_BY_DIMS[dims], **_ACTIVATIONS}[type(m)]
+                                                      for m in run[1:]])
+        fused_cls = ConvTranspose2dNormAct if dims == 2 else ConvTranspose1dNormAct
+        candidates.append((kind, (tuple(type(m) for m in run), fused_cls)))
     for name, (types, cls) in candidates:
         if len(layers) >= len(types) and all(type(m) is t for m, t in zip(layers, types)):
             run = layers[:len(types)]
@@ -371,7 +398,7 @@ def unswap_modules(model: nn.Module) -> int:
     """Undoes :func:`swap_modules` in place: each fused module it placed in an ``nn.Sequential``
     gives its layers back to their positions. Returns the number of chains restored."""
     restored = 0
-    fused_types = tuple(cls for _, cls in CHAINS.values()) + (ConvTranspose2dNormAct,)
+    fused_types = tuple(cls for _, cls in CHAINS.values()) + (_ConvTransposeNormAct,)
     for sequential in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
         for i, module in enumerate(list(sequential)):
             if not isinstance(module, fused_types):

@@ -317,3 +317,60 @@ def test_family_module_from_modules_refuses_other_layers():
     block = myops.nn.ConvTranspose2dNormAct.from_modules(conv, nn.SiLU(), nn.GroupNorm(2, 8))
     x = torch.randn(2, 4, 5, 5)
     torch.testing.assert_close(block(x), F.group_norm(F.silu(conv(x)), 2), atol=1e-5, rtol=1e-5)
+
+
+# 1-D runs (ConvTranspose1d, then a 1-D norm and / or an activation, in either order), as audio and
+# sequence decoders write them: kind -> the layers after the conv
+ONE_D_RUNS = {
+    "conv_transpose1d_batch_norm_leaky_relu": lambda: (nn.BatchNorm1d(8), nn.LeakyReLU(0.1)),
+    "conv_transpose1d_instance_norm_relu": lambda: (nn.InstanceNorm1d(8, affine=True, track_running_stats=True),
+                                                    nn.ReLU(inplace=True)),
+    "conv_transpose1d_silu_group_norm": lambda: (nn.SiLU(), nn.GroupNorm(2, 8)),
+    "conv_transpose1d_tanh": lambda: (nn.Tanh(),),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", list(ONE_D_RUNS))
+def test_one_dimensional_family_module_matches_the_layers(kind, device):
+    # swapped into a Sequential: outputs, input and parameter gradients, running buffers and
+    # num_batches_tracked as the layers' in train and eval mode; output_size as the conv's
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.ConvTranspose1d(4, 8, 16, 8, 4), *ONE_D_RUNS[kind](), nn.Conv1d(8, 2, 3))
+    model = randomise(model).to(device)
+    eager = copy.deepcopy(model)
+    assert {k: v for k, v in myops.nn.swap_modules(model).items() if v} == {kind: 1}
+    assert isinstance(model[0], myops.nn.ConvTranspose1dNormAct)
+    tol = 1e-4 if device == "cpu" else 1e-2
+    for training in (True, False, True):
+        model.train(training)
+        eager.train(training)
+        x = torch.randn(3, 4, 10, device=device, requires_grad=True)
+        x_ref = x.detach().clone().requires_grad_()
+        out, ref = model(x), eager(x_ref)
+        torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+        out.square().sum().backward()
+        ref.square().sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, atol=tol, rtol=tol)
+    for (name, p), p_ref in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, atol=10 * tol, rtol=10 * tol, msg=name)
+    for (name, b), b_ref in zip(model.named_buffers(), eager.buffers()):
+        torch.testing.assert_close(b, b_ref, atol=tol, rtol=tol, msg=name)
+    x = torch.randn(2, 4, 10, device=device)
+    h = eager[0](x, output_size=[81])  # (80 without output_padding)
+    for layer in list(eager)[1:1 + len(ONE_D_RUNS[kind]())]:
+        h = layer(h)
+    torch.testing.assert_close(model[0](x, output_size=[81]), h, atol=tol, rtol=tol)
+    assert myops.nn.unswap_modules(model) == 1 and type(model[0]) is nn.ConvTranspose1d
+
+
+def test_one_dimensional_family_module_refuses_two_dimensional_norms():
+    conv = nn.ConvTranspose1d(4, 8, 3)
+    with pytest.raises(TypeError, match=r"ConvTranspose1dNormAct.from_modules: after 'conv', expected a "
+                                        r"normalisation \(nn.BatchNorm1d"):
+        myops.nn.ConvTranspose1dNormAct.from_modules(conv, nn.BatchNorm2d(8), nn.ReLU())
+    with pytest.raises(TypeError, match="argument 'conv' must be nn.ConvTranspose1d"):
+        myops.nn.ConvTranspose1dNormAct.from_modules(nn.ConvTranspose2d(4, 8, 3), nn.ReLU())
+    # a BatchNorm2d after a ConvTranspose1d (an error in eager too) is not swapped
+    model = nn.Sequential(conv, nn.BatchNorm2d(8), nn.ReLU())
+    assert not any(myops.nn.swap_modules(model).values())
