@@ -329,6 +329,10 @@ def update_running_stats(running_mean: Tensor, running_var: Tensor, mean: Tensor
     unbiased variance ``var * count / (count - 1)`` entering ``running_var``, and
     ``num_batches_tracked += 1`` where given: one kernel (``myops.batch_norm_update_running_stats``)
     where torch's ops take four launches after every training step."""
-    unbiased = count / (count - 1) if count > 1 else 1.0
-    _UPDATE_RUNNING_STATS(running_mean, running_var, mean.detach(), var.detach(), momentum, unbiased,
-                          num_batches_tracked)
+    var = var.detach()
+    if isinstance(count, torch.SymInt):
+        # traced with a dynamic size: a Python float of it would specialise the graph to this size
+        unbiased, var = 1.0, (var * count / (count - 1) if count > 1 else var)
+    else:
+        unbiased = count / (count - 1) if count > 1 else 1.0
+    _UPDATE_RUNNING_STATS(running_mean, running_var, mean.detach(), var, momentum, unbiased, num_batches_tracked)

@@ -233,6 +233,32 @@ def test_chains_inside_activation_checkpoints(device):
         _close(b.float(), r.float(), tol)
 
 
+def test_dynamic_batch_compiles_as_often_as_plain_compile():
+    # dynamic=True in training: a new batch size must not recompile the rewritten graph where plain
+    # torch.compile's graph serves it (BatchNorm's unbiased-variance factor N*H*W / (N*H*W - 1) as a
+    # Python float specialised the graph to each size); outputs and running buffers as eager's
+    from torch._dynamo.utils import counters
+
+    graphs = {}
+    for rewrite in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+        torch.manual_seed(0)
+        model = arch.DCGANGenerator(nz=16, ngf=8)
+        eager = copy.deepcopy(model)
+        if rewrite:
+            mc.enable(devices=None)
+        compiled = torch.compile(model, dynamic=True)
+        for batch in (4, 6, 7, 9):
+            x = torch.randn(batch, 16, 1, 1)
+            _close(compiled(x), eager(x))
+        for b, r in zip(model.buffers(), eager.buffers()):
+            _close(b.float(), r.float())
+        graphs[rewrite] = counters["stats"]["unique_graphs"]
+    assert graphs[True] == graphs[False], graphs
+    assert _rewritten()["conv_transpose2d_batch_norm_relu"] == 4 * graphs[True]
+
+
 def test_default_devices_leave_cpu_chains_alone():
     model = arch.DCGANGenerator(nz=8, ngf=4)
     myops._fx_match._DEVICES_WARNED.clear()  # (warned once per process and device)
