@@ -85,9 +85,10 @@ def run_workload(name, device, dtype, compile_inductor, reps, train=False):
         x = case.input.detach().requires_grad_()
         grad_out = torch.randn_like(ref, dtype=dtype)
         fns = {label: _training_step(forward, case.module, x, grad_out) for label, forward in forwards.items()}
-        fns["myops"]()
         grad_ref = _reference_input_grad(case, grad_out)
-        results["myops_grad_rel_l2"] = _errors(x.grad, grad_ref)[1]
+        for label in ("myops", "eager"):  # (eager's: the error a TF32 / 16-bit step has anyway)
+            fns[label]()
+            results[f"{label}_grad_rel_l2"] = _errors(x.grad, grad_ref)[1]
         for label, fn in fns.items():
             results[f"{label}_peak_mib"] = _peak_mib(fn, device)
         times = median_ms_each(fns, device, warmup=3, reps=reps)
@@ -115,7 +116,7 @@ def _table(rows):
     head += " | myops vs eager | myops vs inductor |" if "inductor" in present else " | myops vs eager |"
     head += " myops rel-L2 err | eager rel-L2 err |"
     if rows[0].get("train"):
-        head += " myops input-grad rel-L2 err |"
+        head += " myops input-grad rel-L2 err | eager input-grad rel-L2 err |"
     peaks = rows[0].get("eager_peak_mib") is not None
     if peaks:
         head += "".join(f" {c} peak MiB |" for c in present)
@@ -127,7 +128,7 @@ def _table(rows):
             cells.append(f"{r['inductor_ms'] / r['myops_ms']:.2f}x")
         cells += [f"{r['myops_rel_l2']:.2e}", f"{r['eager_rel_l2']:.2e}"]
         if "myops_grad_rel_l2" in r:
-            cells.append(f"{r['myops_grad_rel_l2']:.2e}")
+            cells += [f"{r['myops_grad_rel_l2']:.2e}", f"{r['eager_grad_rel_l2']:.2e}"]
         if peaks:
             cells += [f"{r[c + '_peak_mib']:.0f}" for c in present]
         lines.append("| " + " | ".join(cells) + " |")
