@@ -66,6 +66,8 @@ step family_bf16 python3 -m myops.bench --dtype bfloat16 --workloads "$FAMILY,L2
 step train_fp32 python3 -m myops.bench --train --dtype float32 --workloads "$FAMILY,L2_19,L2_11"
 step train_bf16 python3 -m myops.bench --train --dtype bfloat16 --workloads "$FAMILY,L2_19,L2_11"
 step demos bash -c "cd compile_demos && python3 architectures_demo.py --dtype bfloat16 && python3 architectures_demo.py --dtype float32"
+# the same under the measured selection (whether it can be the CUDA default: every architecture >= 1.0x)
+step demos_measured bash -c "cd compile_demos && python3 architectures_demo.py --dtype bfloat16 --measure && python3 architectures_demo.py --dtype float32 --measure"
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   step bench python3 -m myops.bench --json "$OUT/bench.json" "$@"
   [ -f "$OUT/bench.log" ] && grep '^|' "$OUT/bench.log"
