@@ -25,9 +25,10 @@ for name, (shape, cout, k, kw) in LAYERS.items():
     ref = F.conv_transpose2d(x, w, b, **kw)
     got = myops.conv_transpose2d(x, w, b, **kw)
     err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-    xl = x.to(memory_format=torch.channels_last)
+    # channels-last input and weight, as Inductor lays out a graph's convs (no copies timed)
+    xl, wl = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
     t_cudnn = median_ms(lambda: F.conv_transpose2d(x, w, b, **kw), "cuda")
-    t_cl = median_ms(lambda: F.conv_transpose2d(xl, w, b, **kw), "cuda")
+    t_cl = median_ms(lambda: F.conv_transpose2d(xl, wl, b, **kw), "cuda")
     t_my = median_ms(lambda: myops.conv_transpose2d(x, w, b, **kw), "cuda")
     stride = kw.get("stride", 1)
     sh, sw = (stride, stride) if isinstance(stride, int) else stride

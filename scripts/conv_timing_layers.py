@@ -12,4 +12,6 @@ LAYERS = {
     "DCGAN_2": ((256, 512, 4, 4), 256, (4, 4), dict(stride=2, padding=1)),
     "DCGAN_3": ((256, 256, 8, 8), 128, (4, 4), dict(stride=2, padding=1)),
     "DCGAN_4": ((256, 128, 16, 16), 64, (4, 4), dict(stride=2, padding=1)),
+    # the bench's decoder_gn_silu up-sampler (diffusers' Upsample2D with use_conv_transpose)
+    "decoder_up": ((8, 512, 32, 32), 256, (4, 4), dict(stride=2, padding=1)),
 }
