@@ -120,8 +120,17 @@ def explain(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride
     CUDA the conv's source (ours or cuDNN's, timed or forced) and engine, with a one-line reason for
     every engine passed over, under the current ``myops.backends`` options. ``op`` is one of
     "conv_transpose2d", "conv_transpose2d_gelu_group_norm", "conv_transpose2d_gelu_group_stats",
-    "conv_transpose2d_channel_stats", "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm".
+    "conv_transpose2d_channel_stats", "conv_transpose2d_act_stats",
+    "conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm". A 1-D conv (a 3-D ``weight``; input
+    ``[N, C_in, L]`` or ``[C_in, L]``, the conv arguments ints or 1-tuples; ``op`` "conv_transpose1d"
+    or a 2-D op) is explained as the one-row image it runs as.
     Nothing is computed; the tensors' sizes, dtype, layout and device are what count."""
+    if isinstance(weight, Tensor) and weight.dim() == 3:
+        s, p, o, d = (_single(v, "explain", name)[0] for v, name in (
+            (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"), (dilation, "dilation")))
+        input, weight = input.unsqueeze(-2), weight.unsqueeze(2)
+        stride, padding, output_padding, dilation = (1, s), (0, p), (0, o), (1, d)
+        op = "conv_transpose2d" if op == "conv_transpose1d" else op
     conv_args = _conv_args("explain", stride, padding, output_padding, groups, dilation)
     if input.dim() == 3:
         input = input.unsqueeze(0)

@@ -19,6 +19,17 @@ def test_header_names_the_call(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_one_dimensional_convs_are_explained_as_their_one_row_image(device):
+    x, w = torch.randn(2, 8, 10, device=device), torch.randn(8, 4, 16, device=device)
+    as_image = myops.explain(x.unsqueeze(2), w.unsqueeze(2), stride=(1, 8), padding=(0, 4))
+    assert myops.explain(x, w, stride=8, padding=4, op="conv_transpose1d") == as_image
+    assert myops.explain(x[0], w, stride=(8,), padding=[4]) == myops.explain(x[:1], w, stride=8, padding=4)
+    assert "[2, 8, 1, 10] -> [2, 4, 1, 80]" in as_image
+    with pytest.raises(TypeError, match="myops.explain: argument 'stride' must be an int or a 1-tuple"):
+        myops.explain(x, w, stride=(2, 2))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_bad_op_and_bad_arguments_name_them(device):
     x = torch.randn(1, 4, 3, 3, device=device)
     w = torch.randn(4, 4, 3, 3, device=device)
