@@ -27,6 +27,8 @@ def test_one_dimensional_convs_are_explained_as_their_one_row_image(device):
     assert "[2, 8, 1, 10] -> [2, 4, 1, 80]" in as_image
     with pytest.raises(TypeError, match="myops.explain: argument 'stride' must be an int or a 1-tuple"):
         myops.explain(x, w, stride=(2, 2))
+    with pytest.raises(ValueError, match=r"myops.explain: argument 'input' must be \[N, C_in, L\] .* got 4-D"):
+        myops.explain(x.unsqueeze(2), w)
 
 
 @pytest.mark.parametrize("device", DEVICES)
