@@ -127,9 +127,9 @@ def explain(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride
     Nothing is computed; the tensors' sizes, dtype, layout and device are what count."""
     if isinstance(weight, Tensor) and weight.dim() == 3:
         if not isinstance(input, Tensor) or input.dim() not in (2, 3):
+            got = f"{input.dim()}-D" if isinstance(input, Tensor) else type(input).__name__
             raise ValueError("myops.explain: argument 'input' must be [N, C_in, L] or [C_in, L] for a 1-D conv "
-                             f"(a 3-D weight), got {input.dim() if isinstance(input, Tensor) else type(input).__name__}"
-                             f"{'-D' if isinstance(input, Tensor) else ''}")
+                             f"(a 3-D weight), got {got}")
         s, p, o, d = (_single(v, "explain", name)[0] for v, name in (
             (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"), (dilation, "dilation")))
         input, weight = input.unsqueeze(-2), weight.unsqueeze(2)
