@@ -16,7 +16,7 @@ from torch import Tensor
 
 from . import _autocast, _shapes
 from ._sync_batch_norm import global_channel_stats, needs_sync
-from .ops import (IntOrPair, _conv_args, _conv_output_hw, _single, group_norm_with_stats, per_channel,
+from .ops import (IntOrPair, _conv_args, _conv_output_hw, _one_row_args, group_norm_with_stats, per_channel,
                   update_running_stats)
 
 _ACT_STATS = torch.ops.myops.conv_transpose2d_act_stats.default
@@ -211,10 +211,9 @@ def conv_transpose1d_norm_act(input: Tensor, weight: Tensor, bias: Optional[Tens
     if input.dim() != 3 or weight.dim() != 3:
         _fail("input", f"and 'weight' must be 3-D ([N, C_in, L], [C_in, C_out / groups, k]), got "
               f"{input.dim()}-D and {weight.dim()}-D", op)
-    s, p, op_, d = (_single(v, op, name)[0] for v, name in ((stride, "stride"), (padding, "padding"),
-                                                         (output_padding, "output_padding"), (dilation, "dilation")))
-    out = conv_transpose2d_norm_act(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, s), (0, p), (0, op_), groups,
-                                    (1, d), **kwargs)
+    stride, padding, output_padding, dilation = _one_row_args(op, stride, padding, output_padding, dilation)
+    out = conv_transpose2d_norm_act(input.unsqueeze(2), weight.unsqueeze(2), bias, stride, padding, output_padding,
+                                    groups, dilation, **kwargs)
     return tuple(t.squeeze(2) for t in out) if isinstance(out, tuple) else out.squeeze(2)
 
 

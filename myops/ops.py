@@ -4,7 +4,7 @@ Scalars that PyTorch accepts as an int or a pair (stride, padding, output_paddin
 accepted as either here; the C++ checks (csrc/shapes.h) validate them and name the bad argument.
 """
 import math
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -98,6 +98,14 @@ def _single(v, op: str, name: str) -> list:
     raise TypeError(f"myops.{op}: argument '{name}' must be an int or a 1-tuple of ints, got {v!r}")
 
 
+def _one_row_args(op: str, stride, padding, output_padding, dilation) -> Tuple[tuple, tuple, tuple, tuple]:
+    """A 1-D conv's stride, padding, output_padding and dilation (ints or 1-tuples) as those of the
+    one-row image it runs as: (1, s), (0, p), (0, o), (1, d)."""
+    s, p, o, d = (_single(v, op, name)[0] for v, name in (
+        (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"), (dilation, "dilation")))
+    return (1, s), (0, p), (0, o), (1, d)
+
+
 def conv_transpose1d(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0,
                      output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """1-D transposed convolution, same semantics as ``torch.nn.functional.conv_transpose1d``:
@@ -130,10 +138,9 @@ def explain(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride
             got = f"{input.dim()}-D" if isinstance(input, Tensor) else type(input).__name__
             raise ValueError("myops.explain: argument 'input' must be [N, C_in, L] or [C_in, L] for a 1-D conv "
                              f"(a 3-D weight), got {got}")
-        s, p, o, d = (_single(v, "explain", name)[0] for v, name in (
-            (stride, "stride"), (padding, "padding"), (output_padding, "output_padding"), (dilation, "dilation")))
         input, weight = input.unsqueeze(-2), weight.unsqueeze(2)
-        stride, padding, output_padding, dilation = (1, s), (0, p), (0, o), (1, d)
+        stride, padding, output_padding, dilation = _one_row_args("explain", stride, padding, output_padding,
+                                                                  dilation)
         op = "conv_transpose2d" if op == "conv_transpose1d" else op
     conv_args = _conv_args("explain", stride, padding, output_padding, groups, dilation)
     if input.dim() == 3:
