@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 
 from . import norm_act, ops
 
@@ -322,12 +323,23 @@ def _has_hooks(module: nn.Module) -> bool:
                                                         "_backward_pre_hooks"))
 
 
+def _conv_dims(module: nn.Module) -> Optional[int]:
+    """1 or 2 for an nn.ConvTranspose1d / 2d: its exact type, or the class that
+    torch.nn.utils.parametrize derives from it for a parametrized weight (spectral_norm,
+    weight_norm: its forward is the conv's); else None."""
+    cls = type(module)
+    if cls not in _CONVS and parametrize.is_parametrized(module):
+        cls = cls.__bases__[0]
+    return _CONVS.get(cls)
+
+
 def _family_run(layers: Sequence[nn.Module]) -> int:
     """How many layers from the start form a family chain: a ConvTranspose1d / 2d, then a norm (of
     its dimensions) and / or an activation in either order (0: none)."""
-    if not layers or type(layers[0]) not in _CONVS:
+    dims = _conv_dims(layers[0]) if layers else None
+    if dims is None:
         return 0
-    norms = _NORMS_BY_DIMS[_CONVS[type(layers[0])]]
+    norms = _NORMS_BY_DIMS[dims]
     kinds = [norms if type(m) in norms else _ACTIVATIONS if type(m) in _ACTIVATIONS else None for m in layers[1:3]]
     if kinds[:1] == [None] or not kinds:
         return 0
@@ -341,7 +353,7 @@ def _fused(layers: Sequence[nn.Module]) -> Optional[Tuple[str, nn.Module, int]]:
     candidates = list(CHAINS.items())
     if span:
         run = layers[:span]
-        dims = _CONVS[type(run[0])]
+        dims = _conv_dims(run[0])
         kind = "_".join([f"conv_transpose{dims}d"] + [{**_NORMS_BY_DIMS[dims], **_ACTIVATIONS}[type(m)]
                                                       for m in run[1:]])
         fused_cls = ConvTranspose2dNormAct if dims == 2 else ConvTranspose1dNormAct
@@ -370,7 +382,8 @@ def swap_modules(model: nn.Module) -> Dict[str, int]:
     ``{chain name: replacements}``.
 
     A run is replaced only where the fused op computes exactly what the layers did: exact layer
-    types (subclasses may define their own forward), no hooks on them, channel counts that agree,
+    types (subclasses may define their own forward; a conv whose weight is parametrized, e.g. by
+    ``parametrizations.spectral_norm``, counts as its conv), no hooks on them, channel counts that agree,
     a MaxPool2d that does not return indices. The fused modules hold the original layers, so the
     model's parameters and buffers are the same objects, but their state_dict keys change (``i.weight``
     -> ``i.conv.weight``): load checkpoints before swapping, or undo it with :func:`unswap_modules`.

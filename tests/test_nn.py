@@ -374,3 +374,37 @@ def test_one_dimensional_family_module_refuses_two_dimensional_norms():
     # a BatchNorm2d after a ConvTranspose1d (an error in eager too) is not swapped
     model = nn.Sequential(conv, nn.BatchNorm2d(8), nn.ReLU())
     assert not any(myops.nn.swap_modules(model).values())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_convs_with_parametrized_weights_are_swapped(device):
+    # SAGAN's spectral-normed ConvTranspose2d and a vocoder's weight-normed ConvTranspose1d (their
+    # weights computed in the forward): swapped, with outputs, gradients of the parametrization's
+    # own parameters, and buffers (spectral_norm's power-iteration vectors too) as the layers'
+    from torch.nn.utils import parametrizations
+    torch.manual_seed(0)
+    cases = [
+        (nn.Sequential(parametrizations.spectral_norm(nn.ConvTranspose2d(8, 6, 4, 2, 1)), nn.BatchNorm2d(6), nn.ReLU()),
+         (2, 8, 5, 5), "conv_transpose2d_batch_norm_relu", myops.nn.ConvTranspose2dNormAct),
+        (nn.Sequential(parametrizations.weight_norm(nn.ConvTranspose1d(8, 6, 16, 8, 4)), nn.BatchNorm1d(6),
+                       nn.LeakyReLU(0.1)),
+         (2, 8, 7), "conv_transpose1d_batch_norm_leaky_relu", myops.nn.ConvTranspose1dNormAct),
+    ]
+    tol = 1e-4 if device == "cpu" else 1e-2
+    for model, shape, kind, cls in cases:
+        model = model.to(device)
+        eager = copy.deepcopy(model)
+        assert {k: v for k, v in myops.nn.swap_modules(model).items() if v} == {kind: 1}
+        assert isinstance(model[0], cls)
+        for training in (True, False):
+            model.train(training)
+            eager.train(training)
+            x = torch.randn(shape, device=device)
+            out, ref = model(x), eager(x)
+            torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+            out.square().sum().backward()
+            ref.square().sum().backward()
+        for (name, p), p_ref in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, p_ref.grad, atol=10 * tol, rtol=10 * tol, msg=name)
+        for (name, b), b_ref in zip(model.named_buffers(), eager.buffers()):
+            torch.testing.assert_close(b, b_ref, atol=tol, rtol=tol, msg=name)
