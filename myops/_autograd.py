@@ -18,15 +18,17 @@ from . import _C
 aten = torch.ops.aten
 
 
-def _register(qualname, backward, setup_context):
+def _register(qualname, backward, setup_context, unused_grads_as_none=False):
     """torch.library.register_autograd's formula for op qualname, on every device; on CPU and CUDA
     the op's C++ Autograd kernel (csrc/autograd_entry.cpp) takes each call first and hands only
-    the calls that need a gradient to _formula's kernel."""
+    the calls that need a gradient to _formula's kernel. unused_grads_as_none: backward takes None
+    (not zeros) for the outputs no gradient reached, in eager mode (saves its passes over them)."""
     torch.library.register_autograd(qualname, backward, setup_context=setup_context)
-    _C._set_autograd_formula(qualname, _formula(torch._library.utils.lookup_op(qualname), backward, setup_context))
+    _C._set_autograd_formula(qualname, _formula(torch._library.utils.lookup_op(qualname), backward, setup_context,
+                                                unused_grads_as_none))
 
 
-def _formula(op, backward, setup_context):
+def _formula(op, backward, setup_context, unused_grads_as_none=False):
     """The Python kernel that register_autograd builds (torch._library.autograd.make_autograd_impl),
     called as kernel(keyset, *args, **keyword_only_args), less its per-call fill_defaults: the C++
     kernel passes every argument, and fill_defaults rebuilds the schema's argument list once per
@@ -44,6 +46,7 @@ def _formula(op, backward, setup_context):
             (keyset, kwargs), args = args[-1], args[:-1]
             with torch._C._AutoDispatchBelowAutograd():
                 output = op.redispatch(keyset & below_autograd, *args, **kwargs)
+            ctx.set_materialize_grads(not unused_grads_as_none)
             if keyword_only:
                 setup_context(ctx=ctx, inputs=args, keyword_only_inputs=kwargs, output=output)
             else:
@@ -467,7 +470,9 @@ def _act_stats_backward(ctx, g_out, g_mean, g_var):
     return gi, gw, gb, None, None, None, None, None, None, None, None, None, None
 
 
-_register("myops::conv_transpose2d_act_stats", _act_stats_backward, setup_context=_act_stats_setup)
+# (the statistics of an eager training call reach no gradient where norm_act's backward folds them in)
+_register("myops::conv_transpose2d_act_stats", _act_stats_backward, setup_context=_act_stats_setup,
+          unused_grads_as_none=True)
 
 
 # --- normalize_act ------------------------------------------------------------------------------

@@ -343,6 +343,38 @@ def test_normalize_act_bad_arguments():
         op(torch.randn(4), p, p, p, "relu", 0.01, "none")
 
 
+@pytest.mark.parametrize("norm,kw", [("batch_norm", {}), ("group_norm", dict(num_groups=3)), ("instance_norm", {})])
+def test_eager_training_backward_takes_the_fused_norm_backward(norm, kw):
+    # eager training (float32 on the CPU): the normalisation's backward is aten's fused one with
+    # the statistics' part included (not normalize_act's formula plus the statistics folded into
+    # the conv's gradient); gradients as PyTorch's layers'
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    conv = nn.ConvTranspose2d(4, 6, 4, 2, 1)
+    layer = {"batch_norm": nn.BatchNorm2d(6), "group_norm": nn.GroupNorm(3, 6),
+             "instance_norm": nn.InstanceNorm2d(6, affine=True)}[norm]
+    w = torch.rand(6) + 0.5
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    fused = myops.nn.ConvTranspose2dNormAct.from_modules(conv, layer, nn.SiLU())
+    x_ref = x.detach().clone().requires_grad_()
+    ref_layers = [p.detach().clone().requires_grad_() for p in (conv.weight, conv.bias, layer.weight, layer.bias)]
+    from torch.profiler import profile
+    with profile() as prof:
+        fused(x).square().sum().backward()
+    names = {e.name for e in prof.events()}
+    assert f"aten::native_{'batch' if norm == 'batch_norm' else 'group'}_norm_backward" in names, names
+    assert not any("normalize_act_default" in n for n in names)
+    cw, cb, nw, nb = ref_layers
+    y = F.conv_transpose2d(x_ref, cw, cb, 2, 1)
+    y = (F.batch_norm(y, None, None, nw, nb, True) if norm == "batch_norm" else
+         F.group_norm(y, kw.get("num_groups", 6), nw, nb))
+    F.silu(y).square().sum().backward()
+    for got, want in zip((x.grad, conv.weight.grad, conv.bias.grad, layer.weight.grad, layer.bias.grad),
+                         (x_ref.grad, cw.grad, cb.grad, nw.grad, nb.grad)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
 def test_eager_calls_take_one_pass_and_compiled_ones_torch_ops():
     # eager: one normalize_act call after the conv; traced by torch.compile: the torch ops that
     # Inductor fuses with the consumers (no normalize_act in the graph)
