@@ -361,9 +361,11 @@ class _NormActOfBatchStats(torch.autograd.Function):
                                                                        True, eps, needs)
             else:
                 n, c = out.shape[0], out.shape[1]
-                gx, gw, gb = torch.ops.aten.native_group_norm_backward(
+                # (bias's gradient a plain channel sum: aten's backward fails on it without a weight)
+                gx, gw, _ = torch.ops.aten.native_group_norm_backward(
                     g_z.contiguous(), out.contiguous(), mean, rstd, weight, n, c, out[0, 0].numel(), num_groups,
-                    needs)
+                    [needs[0], needs[1], False])
+                gb = g_z.sum([0, *range(2, g_z.dim())]) if needs[2] else None
         return gx, None, None, gw, gb, None, None, None, None, None
 
 

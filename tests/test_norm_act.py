@@ -375,6 +375,24 @@ def test_eager_training_backward_takes_the_fused_norm_backward(norm, kw):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("norm,kw", [("batch_norm", {}), ("group_norm", dict(num_groups=3)), ("instance_norm", {})])
+def test_eager_training_bias_without_weight(norm, kw):
+    # a norm bias without a weight (F.group_norm's own backward cannot take that one): its gradient
+    # and the input's as with a weight of ones
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4, 5, 5, requires_grad=True), torch.randn(4, 6, 4, 4)
+    b = torch.randn(6, requires_grad=True)
+    y = myops.conv_transpose2d_norm_act(x, w, None, 2, 1, norm=norm, activation="relu", norm_bias=b, **kw)
+    got = torch.autograd.grad(y.square().sum(), (x, b))
+    ref = F.conv_transpose2d(x, w, None, 2, 1)
+    ones = torch.ones(6)
+    ref = {"batch_norm": lambda: F.batch_norm(ref, None, None, ones, b, True),
+           "group_norm": lambda: F.group_norm(ref, 3, ones, b),
+           "instance_norm": lambda: F.instance_norm(ref, None, None, ones, b)}[norm]()
+    for g, r in zip(got, torch.autograd.grad(F.relu(ref).square().sum(), (x, b))):
+        torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+
+
 def test_eager_calls_take_one_pass_and_compiled_ones_torch_ops():
     # eager: one normalize_act call after the conv; traced by torch.compile: the torch ops that
     # Inductor fuses with the consumers (no normalize_act in the graph)
