@@ -60,10 +60,14 @@ class NormActOfBatchStats(torch.autograd.Function):
                                                                        True, eps, needs)
             else:
                 n, c = out.shape[0], out.shape[1]
+                # one memory format for both (aten's kernel reads the gradient as laid out like out):
+                # the CPU kernel takes channels-last where it lies
+                layout = (torch.channels_last if out.device.type == "cpu" and out.dim() == 4 and not out.is_contiguous()
+                          and out.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format)
                 # (bias's gradient a plain channel sum: aten's backward fails on it without a weight)
                 gx, gw, _ = torch.ops.aten.native_group_norm_backward(
-                    g_z.contiguous(), out.contiguous(), mean, rstd, weight, n, c, out[0, 0].numel(), num_groups,
-                    [needs[0], needs[1], False])
+                    g_z.contiguous(memory_format=layout), out.contiguous(memory_format=layout), mean, rstd, weight,
+                    n, c, out[0, 0].numel(), num_groups, [needs[0], needs[1], False])
                 gb = g_z.sum([0, *range(2, g_z.dim())]) if needs[2] else None
         return gx, None, None, gw, gb, None, None, None, None, None
 

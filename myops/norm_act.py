@@ -116,12 +116,18 @@ def conv_transpose2d_norm_act(
         # Inductor reads the output where it lies, as it does after its own convs (the weight too
         # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own)
         input, weight = _channels_last(input, weight)
-    if act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias):
-        out, mean, var = _act_stats_saving_conv(input, weight, bias, conv_args, activation, negative_slope,
-                                                approximate, stats, groups_n)
+    saves_conv = act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias)
+    if saves_conv:
+        out = _activation_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate)
     else:
         out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, activation if act_first else "none",
                                     float(negative_slope), approximate, stats, groups_n)
+    out_dtype = _autocast.group_norm_dtype(out) if norm == "group_norm" else out.dtype
+    # eager training: aten's fused norm backward, the batch statistics' part included
+    fused_backward = (_eager(out) and out_dtype == out.dtype and batch_stats and not sync
+                      and _norm_act_backward.takes(out, norm_weight, norm_bias))
+    if saves_conv:
+        mean, var = _statistics(out, stats, groups_n, differentiable=not fused_backward)
     if norm == "none":
         y = out if act_first else activation_fn(activation, negative_slope, approximate)(out)
         return (y, out) if return_conv else y
@@ -134,10 +140,8 @@ def conv_transpose2d_norm_act(
         num_batches_tracked.add_(1)
     if not batch_stats:
         mean, var = running_mean, running_var
-    out_dtype = _autocast.group_norm_dtype(out) if norm == "group_norm" else out.dtype
     post = ("none", 0.01, "none") if act_first else (activation, negative_slope, approximate)
-    if _eager(out) and out_dtype == out.dtype and batch_stats and not sync and _norm_act_backward.takes(
-            out, norm_weight, norm_bias):
+    if fused_backward:
         y = _norm_act_backward.NormActOfBatchStats.apply(out, mean.detach(), var.detach(), norm_weight, norm_bias,
                                                          eps, groups_n if stats == "group" else 0, *post)
     elif _eager(out) and out_dtype == out.dtype:
@@ -184,19 +188,32 @@ def _saves_conv(activation: str, negative_slope: float, *tensors: Optional[Tenso
             and any(t is not None and t.requires_grad for t in tensors) and not backends.get_option("recompute_conv"))
 
 
-def _act_stats_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate, stats,
-                           num_groups):
-    """conv_transpose2d_act_stats's (out, mean, var) with the activation and the statistics as
-    torch ops on the op's plain conv: autograd then saves the conv output, and Inductor fuses the
-    activation and the statistics into one pass over it."""
+def _activation_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate) -> Tensor:
+    """activation(conv) as a torch op on the op's plain conv: autograd then saves the conv output
+    (and under torch.compile Inductor fuses the activation with the statistics: _statistics)."""
     conv, _, _ = _ACT_STATS(input, weight, bias, *conv_args, "none", 0.01, "none", "none", 1)
-    out = activation_fn(activation, negative_slope, approximate)(conv)
+    return activation_fn(activation, negative_slope, approximate)(conv)
+
+
+def _statistics(out: Tensor, stats: str, num_groups: int, differentiable: bool) -> Tuple[Tensor, Tensor]:
+    """conv_transpose2d_act_stats' (mean, var) of out, as torch ops; not differentiable: by aten's
+    norm kernels (float32 / 64; torch.var_mean is several times slower on the CPU), for a call whose
+    statistics' gradient aten's fused norm backward computes."""
+    if not differentiable:
+        with torch.no_grad():
+            if stats == "channel":
+                _, mean, invstd = torch.ops.aten._native_batch_norm_legit.no_stats(out, None, None, True, 0.0, 0.0)
+            else:
+                n, c = out.shape[0], out.shape[1]
+                _, mean, invstd = torch.ops.aten.native_group_norm(out, None, None, n, c, out[0, 0].numel(),
+                                                                   num_groups, 0.0)
+            return mean, invstd.pow(-2)  # (eps 0: var 0 gives an infinite invstd, and var 0 again)
     ct = torch.float64 if out.dtype == torch.float64 else torch.float32
     if stats == "channel":
         var, mean = torch.var_mean(out.to(ct), dim=[0, *range(2, out.dim())], correction=0)
     else:
         var, mean = torch.var_mean(out.to(ct).reshape(out.shape[0], num_groups, -1), dim=-1, correction=0)
-    return out, mean, var
+    return mean, var
 
 
 def _eager(x: Tensor) -> bool:

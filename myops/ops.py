@@ -193,6 +193,10 @@ def gelu_group_norm_chain_call(input: Tensor, weight: Tensor, bias: Optional[Ten
     if weight.dim() == 4 and (input.dim() == 3 or input.dim() == 4 and input.shape[0] == 1):
         _check_group_values("myops.conv_transpose2d_gelu_group_norm", 1, weight.shape[1] * conv_args[3],
                             num_groups, lambda: math.prod(_conv_output_hw(input, weight, conv_args)))
+    from .norm_act import _saves_conv, gelu_group_norm_chain
+    if _saves_conv("gelu", 0.01, input, weight, bias):  # training: the conv output kept, no conv in backward
+        return _batched(input, lambda x: gelu_group_norm_chain(x, weight, bias, *conv_args, approximate, num_groups,
+                                                               gn_weight, gn_bias, eps, split_normalize=False))
     if _float32_params(input, gn_weight, gn_bias):  # GroupNorm in float32 on the statistics
         return _batched(input, lambda x: group_norm_with_stats(*torch.ops.myops.conv_transpose2d_gelu_group_stats(
             x, weight, bias, *conv_args, approximate, num_groups, eps), gn_weight, gn_bias))

@@ -431,11 +431,12 @@ def test_traced_tensors_are_not_eager():
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("recompute", [False, True])
-@pytest.mark.parametrize("activation", ["gelu", "silu"])
+@pytest.mark.parametrize("activation", ["gelu", "silu", "gelu_seed_api"])
 def test_training_saves_the_conv_unless_recompute_is_asked(device, recompute, activation):
     # an act-first chain in training: by default the conv output is saved and backward runs no
     # conv forward; recompute_conv keeps only the activation output and recomputes the conv. The
-    # gradients are the same either way, as torch's.
+    # gradients are the same either way, as torch's. gelu_seed_api: the seed chain's Python API
+    # (myops.conv_transpose2d_gelu_group_norm, what its drop-in module calls), the same rule.
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Ops(TorchDispatchMode):
@@ -451,13 +452,19 @@ def test_training_saves_the_conv_unless_recompute_is_asked(device, recompute, ac
     x = torch.randn(2, 4, 5, 5, device=device, requires_grad=True)
     w = (torch.randn(4, 6, 3, 3, device=device) / 6).requires_grad_()
     b = torch.randn(6, device=device, requires_grad=True)
+    seed_api = activation == "gelu_seed_api"
+    activation = "gelu" if seed_api else activation
     with myops.backends.options(recompute_conv=recompute):
-        y = myops.conv_transpose2d_norm_act(x, w, b, 2, 1, norm="group_norm", num_groups=3, activation=activation,
-                                            order="act_norm")
+        if seed_api:
+            y = myops.conv_transpose2d_gelu_group_norm(x, w, b, 2, 1, num_groups=3)
+        else:
+            y = myops.conv_transpose2d_norm_act(x, w, b, 2, 1, norm="group_norm", num_groups=3,
+                                                activation=activation, order="act_norm")
     g = torch.randn_like(y)
     with Ops() as ops:
         gx, gw, gb = torch.autograd.grad(y, (x, w, b), g)
-    assert any("myops.conv_transpose2d.default" in op for op in ops.seen) == recompute
+    conv_forwards = ("myops.conv_transpose2d.default", "myops.conv_transpose2d_gelu_group_norm.default")
+    assert any(op in conv_forwards for op in ops.seen) == recompute, ops.seen
     x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
     ref = F.group_norm(_torch_activation(_activation_kwargs(activation))(F.conv_transpose2d(x64, w64, b64, 2, 1)), 3)
     for got, want in zip((gx, gw, gb), torch.autograd.grad(ref, (x64, w64, b64), g.double())):
