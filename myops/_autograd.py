@@ -264,8 +264,9 @@ def _channel_stats_grads(input, weight, out, mean, g_out, g_mean, g_var, bias_le
     return _conv_grads(g, input, weight, bias_len, conv_args, mask)
 
 
-_register(
-    "myops::conv_transpose2d_channel_stats", _channel_stats_backward, setup_context=_channel_stats_setup)
+# (the statistics of an eager training call reach no gradient where the chain's fused backward folds them in)
+_register("myops::conv_transpose2d_channel_stats", _channel_stats_backward, setup_context=_channel_stats_setup,
+          unused_grads_as_none=True)
 
 
 # --- batch_norm_tanh_max_pool2d_group_norm ----------------------------------------------------

@@ -1,6 +1,8 @@
-"""Eager training's backward of the family's normalisation + activation step (myops/norm_act.py):
-aten's fused BatchNorm / GroupNorm backward, with the batch statistics' part, in place of the
-normalize_act formula plus the statistics folded into the conv op's gradient."""
+"""Eager training's backward of the steps after the conv that normalise with the conv output's own
+batch statistics: the family's normalisation + activation (myops/norm_act.py) and the BatchNorm
+chain's tail (myops/ops.py): aten's fused BatchNorm / GroupNorm backward, with the batch
+statistics' part, in place of the ops' formulas plus the statistics folded into the conv op's
+gradient (a dozen passes over the output)."""
 from typing import Optional
 
 import torch
@@ -14,11 +16,11 @@ from ._autograd import _activation_backward, _needs_pre_activation
 FUSED_NORM_BACKWARD_DEVICES = ("cpu",)
 
 
-def takes(out: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> bool:
-    """Whether an eager call's normalisation takes NormActOfBatchStats: a gradient is recorded,
-    on FUSED_NORM_BACKWARD_DEVICES, float32 / float64 with parameters of out's dtype (aten's norm
-    backward kernels then take them as they are)."""
-    tensors = [t for t in (out, weight, bias) if t is not None]
+def takes(out: Tensor, *params: Optional[Tensor]) -> bool:
+    """Whether an eager call's normalisation takes NormActOfBatchStats / BatchNormChainOfBatchStats:
+    a gradient is recorded, on FUSED_NORM_BACKWARD_DEVICES, float32 / float64 with parameters of
+    out's dtype (aten's norm backward kernels then take them as they are)."""
+    tensors = [t for t in (out, *params) if t is not None]
     return (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
             and out.device.type in FUSED_NORM_BACKWARD_DEVICES and out.dtype in (torch.float32, torch.float64)
             and all(t.dtype == out.dtype for t in tensors))
@@ -60,10 +62,7 @@ class NormActOfBatchStats(torch.autograd.Function):
                                                                        True, eps, needs)
             else:
                 n, c = out.shape[0], out.shape[1]
-                # one memory format for both (aten's kernel reads the gradient as laid out like out):
-                # the CPU kernel takes channels-last where it lies
-                layout = (torch.channels_last if out.device.type == "cpu" and out.dim() == 4 and not out.is_contiguous()
-                          and out.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format)
+                layout = _group_norm_layout(out)
                 # (bias's gradient a plain channel sum: aten's backward fails on it without a weight)
                 gx, gw, _ = torch.ops.aten.native_group_norm_backward(
                     g_z.contiguous(memory_format=layout), out.contiguous(memory_format=layout), mean, rstd, weight,
@@ -74,8 +73,80 @@ class NormActOfBatchStats(torch.autograd.Function):
 
 def _norm_act_grads_composite(grad, out, weight, bias, eps, num_groups, act, needs):
     """NormActOfBatchStats' gradients with the chain recomputed in torch ops (differentiable)."""
-    z = (F.batch_norm(out, None, None, weight, bias, True, 0.0, eps) if num_groups == 0
-         else F.group_norm(out, num_groups, weight, bias, eps))
-    wanted = [t for t, n in zip((out, weight, bias), needs) if n]
-    grads = iter(torch.autograd.grad(act(z), wanted, grad, create_graph=True))
-    return tuple(next(grads) if n else None for n in needs)
+    def chain(out, weight, bias):
+        return act(F.batch_norm(out, None, None, weight, bias, True, 0.0, eps) if num_groups == 0
+                   else _group_norm(out, num_groups, weight, bias, eps))
+    return _grads_of(chain, (out, weight, bias), grad, needs)
+
+
+class BatchNormChainOfBatchStats(torch.autograd.Function):
+    """``group_norm(max_pool2d(tanh(batch_norm(out))))`` in eager training, batch_norm with out's
+    own per-channel batch statistics mean / var, as aten's ops, keeping what their backward needs
+    (as eager PyTorch does: the tail op keeps no intermediate, so its backward recomputes the
+    pooling); backward is aten's group-norm, max-pool, tanh and fused BatchNorm backward, the
+    statistics' dependence on out included. A backward that is itself differentiated recomputes
+    the chain with torch ops instead."""
+
+    @staticmethod
+    def forward(ctx, out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, bn_eps, pool_args, num_groups, gn_eps):
+        act = torch.tanh(F.batch_norm(out, mean, var, bn_weight, bn_bias, False, 0.0, bn_eps))
+        pooled, indices = torch.ops.aten.max_pool2d_with_indices(act, *pool_args)
+        n, c = pooled.shape[0], pooled.shape[1]
+        y, gn_mean, gn_rstd = torch.ops.aten.native_group_norm(pooled, gn_weight, gn_bias, n, c, pooled[0, 0].numel(),
+                                                               num_groups, gn_eps)
+        ctx.save_for_backward(out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, act, pooled, indices, gn_mean,
+                              gn_rstd)
+        ctx.args = (bn_eps, pool_args, num_groups, gn_eps)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, act, pooled, indices, gn_mean,
+         gn_rstd) = ctx.saved_tensors
+        bn_eps, pool_args, num_groups, gn_eps = ctx.args
+        needs = ctx.needs_input_grad
+        wanted = [needs[0], needs[3] and bn_weight is not None, needs[4] and bn_bias is not None,
+                  needs[5] and gn_weight is not None, needs[6] and gn_bias is not None]
+        if torch.is_grad_enabled():  # double backward: torch ops, differentiable
+            def chain(out, bn_weight, bn_bias, gn_weight, gn_bias):
+                z = F.batch_norm(out, None, None, bn_weight, bn_bias, True, 0.0, bn_eps)
+                return _group_norm(F.max_pool2d(torch.tanh(z), *pool_args), num_groups, gn_weight, gn_bias, gn_eps)
+            g_x, g_bn_w, g_bn_b, g_gn_w, g_gn_b = _grads_of(chain, (out, bn_weight, bn_bias, gn_weight, gn_bias),
+                                                              grad, wanted)
+            return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
+        n, c = pooled.shape[0], pooled.shape[1]
+        layout = _group_norm_layout(pooled)
+        # (the bias's gradient a plain channel sum: aten's backward fails on it without a weight)
+        g_pooled, g_gn_w, _ = torch.ops.aten.native_group_norm_backward(
+            grad.contiguous(memory_format=layout), pooled.contiguous(memory_format=layout), gn_mean, gn_rstd,
+            gn_weight, n, c, pooled[0, 0].numel(), num_groups, [any(wanted[:3]), wanted[3], False])
+        g_gn_b = grad.sum([0, 2, 3]) if wanted[4] else None
+        g_x = g_bn_w = g_bn_b = None
+        if any(wanted[:3]):
+            g_act = torch.ops.aten.max_pool2d_with_indices_backward(g_pooled, act, *pool_args, False, indices)
+            g_x, g_bn_w, g_bn_b = torch.ops.aten.native_batch_norm_backward(
+                torch.ops.aten.tanh_backward(g_act, act), out, bn_weight, None, None, mean, (var + bn_eps).rsqrt(),
+                True, bn_eps, wanted[:3])
+        return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
+
+
+def _group_norm_layout(x: Tensor) -> torch.memory_format:
+    """The memory format aten's group-norm backward takes x and its gradient in (both in one: it
+    reads the gradient as laid out like x): channels-last where x lies so on the CPU, else contiguous."""
+    channels_last = (x.device.type == "cpu" and x.dim() == 4 and not x.is_contiguous()
+                     and x.is_contiguous(memory_format=torch.channels_last))
+    return torch.channels_last if channels_last else torch.contiguous_format
+
+
+def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
+    """F.group_norm, differentiable with a bias but no weight too (aten's backward fails on that)."""
+    if weight is None and bias is not None:
+        return F.group_norm(x, num_groups, None, None, eps) + bias.reshape([1, -1] + [1] * (x.dim() - 2))
+    return F.group_norm(x, num_groups, weight, bias, eps)
+
+
+def _grads_of(fn, inputs, grad, wanted):
+    """The gradients of fn(*inputs) for grad, differentiable, at the inputs wanted (None elsewhere)."""
+    chosen = [t for t, w in zip(inputs, wanted) if w]
+    grads = iter(torch.autograd.grad(fn(*inputs), chosen, grad, create_graph=True))
+    return tuple(next(grads) if w else None for w in wanted)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from . import _autocast, _norm_act_backward, _shapes
 from ._sync_batch_norm import global_channel_stats, needs_sync
-from .ops import (IntOrPair, _conv_args, _conv_output_hw, _one_row_args, group_norm_with_stats, per_channel,
+from .ops import (IntOrPair, _conv_args, _conv_output_hw, _eager, _one_row_args, group_norm_with_stats, per_channel,
                   update_running_stats)
 
 _ACT_STATS = torch.ops.myops.conv_transpose2d_act_stats.default
@@ -214,12 +214,6 @@ def _statistics(out: Tensor, stats: str, num_groups: int, differentiable: bool) 
     else:
         var, mean = torch.var_mean(out.to(ct).reshape(out.shape[0], num_groups, -1), dim=-1, correction=0)
     return mean, var
-
-
-def _eager(x: Tensor) -> bool:
-    """Whether x is a plain tensor of an eager call: not traced by torch.compile / export, where
-    the normalisation stays torch ops that Inductor fuses with their consumers."""
-    return type(x) is torch.Tensor and not torch.compiler.is_compiling()
 
 
 def conv_transpose1d_norm_act(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride=1, padding=0,

@@ -9,7 +9,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _autocast, _shapes
+from . import _autocast, _norm_act_backward, _shapes
 
 # (the overload itself: a call skips OpOverloadPacket's resolution)
 _CONV_BATCH_NORM_CHAIN = torch.ops.myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm.default
@@ -41,6 +41,12 @@ def _conv_args(op: str, stride: IntOrPair, padding: IntOrPair, output_padding: I
         raise TypeError(f"myops.{op}: argument 'groups' must be an int, got {groups!r}")
     return (_pair(stride, op, "stride"), _pair(padding, op, "padding"), _pair(output_padding, op, "output_padding"),
             groups, _pair(dilation, op, "dilation"))
+
+
+def _eager(x: Tensor) -> bool:
+    """Whether x is a plain tensor of an eager call: not traced by torch.compile / export, where
+    the normalisation stays torch ops that Inductor fuses with their consumers."""
+    return type(x) is torch.Tensor and not torch.compiler.is_compiling()
 
 
 def _needs_grad(*args) -> bool:
@@ -316,8 +322,15 @@ def batch_norm_chain_call(input: Tensor, weight: Tensor, bias: Optional[Tensor],
             mean, var = running_mean, running_var
         tail = torch.ops.myops.batch_norm_tanh_max_pool2d_group_norm
         args = (out, mean, var, bn_weight, bn_bias, bn_eps, *pool_args, num_groups, gn_weight, gn_bias, gn_eps)
-        # mixed: BatchNorm to GroupNorm in float32 on the 16-bit conv output, as those norms compute
-        y = _autocast.in_float32(tail, _autocast.group_norm_dtype(out), *args) if mixed else tail(*args)
+        if training and not mixed and _eager(out) and _norm_act_backward.takes(out, bn_weight, bn_bias, gn_weight,
+                                                                                gn_bias):
+            # eager training: aten's fused norm backward, the batch statistics' part included
+            y = _norm_act_backward.BatchNormChainOfBatchStats.apply(
+                out, mean.detach(), var.detach(), bn_weight, bn_bias, gn_weight, gn_bias, bn_eps, pool_args,
+                num_groups, gn_eps)
+        else:
+            # mixed: BatchNorm to GroupNorm in float32 on the 16-bit conv output, as those norms compute
+            y = _autocast.in_float32(tail, _autocast.group_norm_dtype(out), *args) if mixed else tail(*args)
     if training and running_mean is not None and running_var is not None:
         # (the count once the kernels are queued: host arithmetic the GPU need not wait for)
         count = input.shape[0] * math.prod(_conv_output_hw(input, weight, conv_args)) if four_d else None

@@ -167,6 +167,39 @@ def test_training_steps_match_modules_gradients_and_buffers(device, momentum):
     assert_matches(api_call(mine, x), ref(x), 1e-9)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_training_api_gradients_and_double_backward(device, affine):
+    # the API in training (eager: aten's fused norm backwards on the CPU) on a channels-last input,
+    # a GroupNorm with a bias but no weight, and its double backward (gradient penalties)
+    torch.manual_seed(0)
+    d = torch.float64
+    x = torch.randn(2, 3, 5, 4, device=device, dtype=d).contiguous(memory_format=torch.channels_last)
+    x.requires_grad_()
+    w = torch.randn(3, 4, 3, 2, device=device, dtype=d, requires_grad=True)
+    bn_w, bn_b, gn_b = (torch.randn(4, device=device, dtype=d, requires_grad=True) if affine else None
+                        for _ in range(3))
+
+    def chain(x, w, *params):
+        bn_w, bn_b, gn_b = params if params else (None, None, None)
+        return myops.conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm(
+            x, w, None, 2, 1, bn_weight=bn_w, bn_bias=bn_b, training=True, kernel_size=2, num_groups=2,
+            gn_bias=gn_b)
+
+    def reference(x, w, *params):
+        bn_w, bn_b, gn_b = params if params else (None, None, None)
+        z = F.batch_norm(F.conv_transpose2d(x, w, None, 2, 1), None, None, bn_w, bn_b, True)
+        ones = None if gn_b is None else torch.ones_like(gn_b)  # (aten's backward fails on a bias without weight)
+        return F.group_norm(F.max_pool2d(torch.tanh(z), 2), 2, ones, gn_b)
+
+    inputs = (x, w, *((bn_w, bn_b, gn_b) if affine else ()))
+    g = torch.randn_like(reference(*inputs))
+    for got, want in zip(torch.autograd.grad(chain(*inputs), inputs, g),
+                         torch.autograd.grad(reference(*inputs), inputs, g)):
+        assert_matches(got, want, 1e-9)
+    assert torch.autograd.gradgradcheck(chain, inputs, fast_mode=True)
+
+
 # The batch statistics reduce each channel's (image, tile) partials; on CUDA a cluster of blocks
 # may share a channel (one per 2048 entries, up to 8; the bn_stats_blocks option forces a count).
 # Compared with float64 statistics of the op's own output, over batch sizes and forced clusters.
