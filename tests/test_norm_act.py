@@ -169,6 +169,22 @@ def test_gradcheck_and_gradgradcheck(norm, activation, order, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("norm", ["group_norm", "instance_norm"])
+def test_double_backward_with_a_norm_bias_but_no_weight(device, norm):
+    # aten's group-norm backward fails on a bias without a weight; a gradient penalty must not
+    torch.manual_seed(0)
+    d = torch.float64
+    x = torch.randn(2, 3, 4, 4, dtype=d, device=device, requires_grad=True)
+    w = torch.randn(3, 4, 3, 3, dtype=d, device=device, requires_grad=True)
+    bias = torch.randn(4, dtype=d, device=device, requires_grad=True)
+
+    def fn(x, w, bias):
+        return myops.conv_transpose2d_norm_act(x, w, None, 2, 1, norm=norm, num_groups=2, norm_bias=bias,
+                                               activation="silu")
+    assert torch.autograd.gradgradcheck(fn, (x, w, bias), fast_mode=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_act_stats_op_statistics(device):
     x, w, b = torch.randn(3, 4, 5, 6, device=device), torch.randn(4, 6, 3, 3, device=device), torch.randn(6, device=device)
     out, mean, var = myops.conv_transpose2d_act_stats(x, w, b, 2, 1, activation="silu", stats="group", num_groups=3)
