@@ -111,7 +111,9 @@ def conv_transpose2d_norm_act(
     batch_stats = norm == "group_norm" or (norm in ("batch_norm", "instance_norm") and training)
     stats, groups_n = _stats_kind(norm, batch_stats, num_groups, running_mean, running_var, input, weight,
                                   conv_args)
-    if input.dim() == 4 and not _eager(input) and input.device.type == "cpu":
+    if (input.dim() == 4 and not _eager(input) and input.device.type == "cpu"
+            and _cpu_graph_channels_last(stats, groups_n, weight.shape[1] * conv_args[3], input, weight, bias,
+                                         norm_weight, norm_bias)):
         # traced (torch.compile) for the CPU: oneDNN's channels-last conv is the faster one, and
         # Inductor reads the output where it lies, as it does after its own convs (the weight too
         # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own)
@@ -170,6 +172,16 @@ def gelu_group_norm_chain(input: Tensor, weight: Tensor, bias: Optional[Tensor],
         return group_norm_with_stats(act, mean, rstd, gn_weight, gn_bias)
     return torch.ops.myops.conv_transpose2d_gelu_group_norm(input, weight, bias, *conv_args, approximate, num_groups,
                                                             gn_weight, gn_bias, eps)
+
+
+def _cpu_graph_channels_last(stats: str, num_groups: int, channels, *tensors: Optional[Tensor]) -> bool:
+    """Whether a chain traced for the CPU runs channels-last in the graph: for inference, unless its
+    GroupNorm has several channels per group (Inductor's CPU reductions per (sample, group) of a
+    channels-last tensor are the slower); a training graph stays NCHW, where its backward (the
+    conv's, the norm's reductions) ran faster on every chain measured, the conv op's own timed
+    layout choice still picking oneDNN's faster kernel inside."""
+    training = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    return not training and not (stats == "group" and num_groups < channels)
 
 
 def _channels_last(input: Tensor, weight: Tensor) -> Tuple[Tensor, Tensor]:

@@ -268,6 +268,25 @@ def test_default_devices_leave_cpu_chains_alone():
     assert _rewritten() == {}
 
 
+@pytest.mark.parametrize("norm,channels_last_inference", [(nn.BatchNorm2d(8), True), (nn.InstanceNorm2d(8), True),
+                                                        (nn.GroupNorm(2, 8), False)], ids=["bn", "in", "gn"])
+def test_cpu_graph_layout_follows_the_rule(norm, channels_last_inference):
+    # a chain traced for the CPU runs channels-last in an inference graph (oneDNN's faster conv,
+    # Inductor reading it in place) unless its GroupNorm has several channels per group; a
+    # training graph stays NCHW. The compiled output keeps the traced layout.
+    model = nn.Sequential(nn.ConvTranspose2d(4, 8, 4, 2, 1), norm, nn.ReLU())
+    x = torch.randn(2, 4, 6, 6)
+    mc.enable(devices=None)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        inference = compiled(x)
+    training = compiled(x.requires_grad_())
+    assert sum(_rewritten().values()) == 2
+    assert inference.is_contiguous(memory_format=torch.channels_last) == channels_last_inference
+    assert training.is_contiguous() and not training.is_contiguous(memory_format=torch.channels_last)
+    _close(training, model(x), 2e-4)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_activation_before_the_norm_is_rewritten(device):
     class Block(nn.Module):  # activation first, as a pre-activation model writes it
