@@ -25,9 +25,7 @@ def _gelu_fake(self, *, approximate="none"):
 
 @torch.library.register_fake("myops::group_norm")
 def _group_norm_fake(input, num_groups, weight, bias, eps):
-    _shapes.check(input.dim() >= 2, "group_norm", "input", f"must have at least 2 dimensions [N, C, *], got {input.dim()}-D")
-    _shapes.check_floating("group_norm", "input", input)
-    _shapes.check_group_norm_channels("group_norm", input, input.shape[1], num_groups, weight, bias, "weight", "bias")
+    _shapes.check_group_norm(input, num_groups, weight, bias)
     return input.new_empty(input.shape).contiguous(memory_format=_shapes.output_memory_format(input))
 
 

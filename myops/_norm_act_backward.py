@@ -75,7 +75,7 @@ def _norm_act_grads_composite(grad, out, weight, bias, eps, num_groups, act, nee
     """NormActOfBatchStats' gradients with the chain recomputed in torch ops (differentiable)."""
     def chain(out, weight, bias):
         return act(F.batch_norm(out, None, None, weight, bias, True, 0.0, eps) if num_groups == 0
-                   else _group_norm(out, num_groups, weight, bias, eps))
+                   else group_norm(out, num_groups, weight, bias, eps))
     return _grads_of(chain, (out, weight, bias), grad, needs)
 
 
@@ -110,7 +110,7 @@ class BatchNormChainOfBatchStats(torch.autograd.Function):
         if torch.is_grad_enabled():  # double backward: torch ops, differentiable
             def chain(out, bn_weight, bn_bias, gn_weight, gn_bias):
                 z = F.batch_norm(out, None, None, bn_weight, bn_bias, True, 0.0, bn_eps)
-                return _group_norm(F.max_pool2d(torch.tanh(z), *pool_args), num_groups, gn_weight, gn_bias, gn_eps)
+                return group_norm(F.max_pool2d(torch.tanh(z), *pool_args), num_groups, gn_weight, gn_bias, gn_eps)
             g_x, g_bn_w, g_bn_b, g_gn_w, g_gn_b = _grads_of(chain, (out, bn_weight, bn_bias, gn_weight, gn_bias),
                                                               grad, wanted)
             return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
@@ -138,7 +138,7 @@ def _group_norm_layout(x: Tensor) -> torch.memory_format:
     return torch.channels_last if channels_last else torch.contiguous_format
 
 
-def _group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
+def group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
     """F.group_norm, differentiable with a bias but no weight too (aten's backward fails on that)."""
     if weight is None and bias is not None:
         return F.group_norm(x, num_groups, None, None, eps) + bias.reshape([1, -1] + [1] * (x.dim() - 2))

@@ -70,6 +70,13 @@ def check_group_norm_channels(op, reference, channels, num_groups, weight, bias,
                   f"must be a 1-D tensor of {channels} elements (one per channel)")
 
 
+def check_group_norm(input, num_groups, weight, bias):
+    """myops::group_norm's arguments."""
+    check(input.dim() >= 2, "group_norm", "input", f"must have at least 2 dimensions [N, C, *], got {input.dim()}-D")
+    check_floating("group_norm", "input", input)
+    check_group_norm_channels("group_norm", input, input.shape[1], num_groups, weight, bias, "weight", "bias")
+
+
 def output_memory_format(input: torch.Tensor) -> torch.memory_format:
     """Same rule as myops::output_memory_format in csrc/shapes.cpp."""
     if input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(memory_format=torch.channels_last):

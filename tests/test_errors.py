@@ -171,6 +171,18 @@ def test_device_mismatch_is_reported():
         fused(gn_weight=t(3, device="meta"))
 
 
+@pytest.mark.parametrize("case", ["rank", "zero groups", "weight length", "weight device"])
+def test_group_norm_api_in_training_names_op_and_argument(case):
+    # a CPU call that records a gradient runs aten's GroupNorm; its arguments are still the op's to refuse
+    x = t(2, 6, 3).requires_grad_()
+    call, arg = {"rank": (lambda: myops.group_norm(t(6).requires_grad_(), 1), "input"),
+                 "zero groups": (lambda: myops.group_norm(x, 0), "num_groups"),
+                 "weight length": (lambda: myops.group_norm(x, 3, t(5)), "weight"),
+                 "weight device": (lambda: myops.group_norm(x, 3, t(6, device="meta")), "weight")}[case]
+    with pytest.raises((RuntimeError, ValueError), match=rf"myops[:.]+group_norm: argument '{arg}'"):
+        call()
+
+
 def test_python_api_refuses_single_value_groups_like_functional_group_norm():
     # torch.nn.functional.group_norm refuses a batch of 1 with one channel of one pixel per group
     # (aten.group_norm, which the ops follow, returns zeros there); the Python API mirrors F
