@@ -17,9 +17,7 @@ def _conv_transpose2d_fake(input, weight, bias, stride, padding, output_padding,
 
 @torch.library.register_fake("myops::gelu")
 def _gelu_fake(self, *, approximate="none"):
-    _shapes.check_floating("gelu", "self", self)
-    _shapes.check(approximate in ("none", "tanh"), "gelu", "approximate",
-                  f"must be 'none' or 'tanh', got '{approximate}'")
+    _shapes.check_gelu(self, approximate)
     return torch.empty_like(self)
 
 

@@ -70,6 +70,12 @@ def check_group_norm_channels(op, reference, channels, num_groups, weight, bias,
                   f"must be a 1-D tensor of {channels} elements (one per channel)")
 
 
+def check_gelu(self, approximate):
+    """myops::gelu's arguments."""
+    check_floating("gelu", "self", self)
+    check(approximate in ("none", "tanh"), "gelu", "approximate", f"must be 'none' or 'tanh', got '{approximate}'")
+
+
 def check_group_norm(input, num_groups, weight, bias):
     """myops::group_norm's arguments."""
     check(input.dim() >= 2, "group_norm", "input", f"must have at least 2 dimensions [N, C, *], got {input.dim()}-D")

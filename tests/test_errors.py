@@ -171,15 +171,18 @@ def test_device_mismatch_is_reported():
         fused(gn_weight=t(3, device="meta"))
 
 
-@pytest.mark.parametrize("case", ["rank", "zero groups", "weight length", "weight device"])
-def test_group_norm_api_in_training_names_op_and_argument(case):
-    # a CPU call that records a gradient runs aten's GroupNorm; its arguments are still the op's to refuse
+@pytest.mark.parametrize("case", ["rank", "zero groups", "weight length", "weight device", "gelu approximate"])
+def test_api_in_cpu_training_names_op_and_argument(case):
+    # a CPU call that records a gradient runs aten's GroupNorm / GELU; its arguments are still the
+    # op's to refuse
     x = t(2, 6, 3).requires_grad_()
-    call, arg = {"rank": (lambda: myops.group_norm(t(6).requires_grad_(), 1), "input"),
-                 "zero groups": (lambda: myops.group_norm(x, 0), "num_groups"),
-                 "weight length": (lambda: myops.group_norm(x, 3, t(5)), "weight"),
-                 "weight device": (lambda: myops.group_norm(x, 3, t(6, device="meta")), "weight")}[case]
-    with pytest.raises((RuntimeError, ValueError), match=rf"myops[:.]+group_norm: argument '{arg}'"):
+    call, op, arg = {
+        "rank": (lambda: myops.group_norm(t(6).requires_grad_(), 1), "group_norm", "input"),
+        "zero groups": (lambda: myops.group_norm(x, 0), "group_norm", "num_groups"),
+        "weight length": (lambda: myops.group_norm(x, 3, t(5)), "group_norm", "weight"),
+        "weight device": (lambda: myops.group_norm(x, 3, t(6, device="meta")), "group_norm", "weight"),
+        "gelu approximate": (lambda: myops.gelu(x, "fast"), "gelu", "approximate")}[case]
+    with pytest.raises((RuntimeError, ValueError), match=rf"myops[:.]+{op}: argument '{arg}'"):
         call()
 
 
