@@ -10,20 +10,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._autograd import _activation_backward, _needs_pre_activation
-
-
-# Devices whose eager training calls take NormActOfBatchStats (CUDA: once its tests ran on a GPU).
-FUSED_NORM_BACKWARD_DEVICES = ("cpu",)
+from .backends import get_option
 
 
 def takes(out: Tensor, *params: Optional[Tensor]) -> bool:
-    """Whether an eager call's normalisation takes NormActOfBatchStats / BatchNormChainOfBatchStats:
-    a gradient is recorded, on FUSED_NORM_BACKWARD_DEVICES, float32 / float64 with parameters of
-    out's dtype (aten's norm backward kernels then take them as they are)."""
+    """Whether an eager call's normalisation takes NormActOfBatchStats / BatchNormChainOfBatchStats
+    (or standalone group_norm ATen's): a gradient is recorded, on a device the option aten_training
+    names ('auto': the CPU, until the CUDA suite has run it on a GPU), float32 / float64 with
+    parameters of out's dtype (aten's norm backward kernels then take them as they are)."""
     tensors = [t for t in (out, *params) if t is not None]
-    return (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-            and out.device.type in FUSED_NORM_BACKWARD_DEVICES and out.dtype in (torch.float32, torch.float64)
-            and all(t.dtype == out.dtype for t in tensors))
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+            and out.dtype in (torch.float32, torch.float64) and all(t.dtype == out.dtype for t in tensors)):
+        return False
+    choice = get_option("aten_training")
+    return choice == "always" or (choice == "auto" and out.device.type == "cpu")
 
 
 class NormActOfBatchStats(torch.autograd.Function):

@@ -57,6 +57,10 @@ OPTIONS = {
     "cpu_channels_last": (_TRI, "the CPU conv of an NCHW input by oneDNN's channels-last kernels, layout copies "
                                 "included: 'auto' (the faster way, timed at the first call of each shape; NCHW "
                                 "under torch.use_deterministic_algorithms), 'never', 'always'"),
+    "aten_training": (_TRI, "eager training (float32 / 64): what follows the conv in the family and the BatchNorm "
+                            "chain, and standalone group_norm, by ATen's ops and fused norm backward, which keep "
+                            "what backward needs: 'auto' (on the CPU), 'never' (the ops and their formulas), "
+                            "'always' (every device)"),
 }
 
 CONV_ENGINES = ("direct", "few_channels", "mma", "wgmma")

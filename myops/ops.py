@@ -156,7 +156,7 @@ def explain(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """GELU, same semantics as ``torch.nn.functional.gelu`` (``approximate`` is "none" or "tanh")."""
-    if _eager(input) and _norm_act_backward.takes(input):
+    if input.device.type == "cpu" and _eager(input) and _norm_act_backward.takes(input):
         # eager CPU training: the op is ATen's GELU there; ATen's autograd spares our Python formula
         _shapes.check_gelu(input, approximate)
         return torch.nn.functional.gelu(input, approximate=approximate)

@@ -359,11 +359,12 @@ def test_normalize_act_bad_arguments():
         op(torch.randn(4), p, p, p, "relu", 0.01, "none")
 
 
+@pytest.mark.parametrize("route", ["auto", "never"])
 @pytest.mark.parametrize("norm,kw", [("batch_norm", {}), ("group_norm", dict(num_groups=3)), ("instance_norm", {})])
-def test_eager_training_backward_takes_the_fused_norm_backward(norm, kw):
-    # eager training (float32 on the CPU): the normalisation's backward is aten's fused one with
-    # the statistics' part included (not normalize_act's formula plus the statistics folded into
-    # the conv's gradient); gradients as PyTorch's layers'
+def test_eager_training_backward_takes_the_fused_norm_backward(norm, kw, route):
+    # eager training (float32 on the CPU; option aten_training): the normalisation's backward is
+    # aten's fused one with the statistics' part included, or with 'never' normalize_act's formula
+    # plus the statistics folded into the conv's gradient; gradients as PyTorch's layers' either way
     torch.manual_seed(0)
     x = torch.randn(2, 4, 5, 5, requires_grad=True)
     conv = nn.ConvTranspose2d(4, 6, 4, 2, 1)
@@ -376,11 +377,12 @@ def test_eager_training_backward_takes_the_fused_norm_backward(norm, kw):
     x_ref = x.detach().clone().requires_grad_()
     ref_layers = [p.detach().clone().requires_grad_() for p in (conv.weight, conv.bias, layer.weight, layer.bias)]
     from torch.profiler import profile
-    with profile() as prof:
+    with profile() as prof, myops.backends.options(aten_training=route):
         fused(x).square().sum().backward()
     names = {e.name for e in prof.events()}
-    assert f"aten::native_{'batch' if norm == 'batch_norm' else 'group'}_norm_backward" in names, names
-    assert not any("normalize_act_default" in n for n in names)
+    fused_backward = f"aten::native_{'batch' if norm == 'batch_norm' else 'group'}_norm_backward" in names
+    assert fused_backward == (route == "auto"), names
+    assert any("normalize_act_default" in n for n in names) == (route == "never")
     cw, cb, nw, nb = ref_layers
     y = F.conv_transpose2d(x_ref, cw, cb, 2, 1)
     y = (F.batch_norm(y, None, None, nw, nb, True) if norm == "batch_norm" else

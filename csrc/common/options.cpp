@@ -18,6 +18,7 @@ constexpr Entry kEntries[] = {
     {"wide_tiles", kAuto},     {"winograd", 1},        {"window_stores", 1},  {"gn_followers", kAuto},
     {"bn_stats_blocks", kAuto}, {"bn_tail_prefetch", 1}, {"early_launch", 1}, {"gelu_vectors", kAuto},
     {"hopper", 1},             {"cpu_reference", 0},   {"recompute_conv", 0}, {"cpu_channels_last", kAuto},
+    {"aten_training", kAuto},
 };
 constexpr int kCount = static_cast<int>(Option::kCount);
 static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == kCount, "one entry per Option");

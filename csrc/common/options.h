@@ -30,6 +30,7 @@ enum class Option : int {
   CpuReference,    // the CPU conv by our GEMM + col2im reference instead of ATen's (oneDNN)
   RecomputeConv,   // training: act-first family chains recompute the conv in backward (myops/norm_act.py)
   CpuChannelsLast, // tri-state: the CPU conv of an NCHW input by oneDNN's channels-last kernels (auto: timed)
+  AtenTraining,    // tri-state: eager training's norm steps by ATen's ops (auto: the CPU; myops/_norm_act_backward.py)
   kCount
 };
 
