@@ -5,8 +5,8 @@ Each row times the three side by side in one process (CUDA events on a GPU, medi
 after warm-up, the three timed in turn, one call each per round) and reports each one's error
 against a float64 reference, and on a GPU each one's peak memory. ``--train`` times a training
 step instead (forward and backward: the gradients of the input and of every parameter), the
-chains' myops row then being torch.compile with the rewrite against plain torch.compile.
-``--sweep`` times standalone transposed convs over many layer shapes instead (myops/sweep.py).
+chains' myops row then being torch.compile with the rewrite against plain torch.compile;
+``--eager`` makes every chain's myops row its ``myops.nn`` module in eager mode. ``--sweep`` times standalone transposed convs over many layer shapes instead (myops/sweep.py).
 """
 import argparse
 import copy
@@ -69,8 +69,8 @@ def _reference_input_grad(case, grad_out):
     return x64.grad
 
 
-def run_workload(name, device, dtype, compile_inductor, reps, train=False):
-    case = workloads.build(name, device, dtype, train=train)
+def run_workload(name, device, dtype, compile_inductor, reps, train=False, eager=False):
+    case = workloads.build(name, device, dtype, train=train, eager=eager)
     ref = _reference(case, device)
     results = {"workload": name, "device": device, "dtype": str(dtype).replace("torch.", ""), "train": train}
     forwards = {"eager": case.module, "myops": case.myops_fn}
@@ -144,6 +144,9 @@ def main(argv=None):
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     p.add_argument("--train", action="store_true",
                    help="time a training step (forward + backward: gradients of the input and every parameter)")
+    p.add_argument("--eager", action="store_true",
+                   help="the chains' myops row: their myops.nn module in eager mode (default: torch.compile with "
+                        "the rewrite for a training step and for the family's chains)")
     p.add_argument("--sweep", action="store_true",
                    help="time standalone transposed convs over many layer shapes against every stock choice, "
                         "in both layouts (see myops/sweep.py) instead of the workloads")
@@ -171,7 +174,8 @@ def main(argv=None):
         return _sweep(args, device, argv)
     rows = []
     for name in (args.workloads.split(",") if args.workloads else workloads.names(device)):
-        r = run_workload(name, device, DTYPES[args.dtype], not args.no_compile, reps, train=args.train)
+        r = run_workload(name, device, DTYPES[args.dtype], not args.no_compile, reps, train=args.train,
+                         eager=args.eager)
         r["strict_fp32"] = args.strict_fp32
         rows.append(r)
         timing = ", ".join(f"{k[:-3]} {v:.3f} ms" for k, v in r.items() if k.endswith("_ms"))
@@ -181,7 +185,7 @@ def main(argv=None):
     if args.json:
         _write_json(args.json, rows)
     if args.markdown:
-        mode = ", training step" if rows[0].get("train") else ""
+        mode = (", training step" if rows[0].get("train") else "") + (", eager modules" if args.eager else "")
         _write_markdown(args.markdown, _title(rows[0], mode), _table(rows), device, argv, args.append)
     if args.plot:
         _plot(args.plot, rows, device)

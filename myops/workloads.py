@@ -95,6 +95,8 @@ class Case:
     # a chain the compile pass rewrites: its training row (and, where myops_fn is None, its
     # inference row) is torch.compile with the rewrite
     chain: bool = False
+    # a chain's myops.nn drop-in module over the block's own layers (the rows of bench --eager)
+    fused_module: Optional[nn.Module] = None
 
 
 def _conv_flops(x, conv: nn.Module):  # a ConvTranspose1d / 2d: each input value times its taps
@@ -107,7 +109,7 @@ def _l2_19(n, hw, device, dtype):
     out_numel = n * 64 * (hw + 2) ** 2
     fused = myops.nn.ConvTranspose2dGELUGroupNorm.from_modules(block.conv, block.act, block.norm)
     return Case(block, x, fused, _conv_flops(x, block.conv),
-                (x.numel() + out_numel) * x.element_size(), chain=True)
+                (x.numel() + out_numel) * x.element_size(), chain=True, fused_module=fused)
 
 
 def _l2_11(n, hw, device, dtype):
@@ -117,7 +119,7 @@ def _l2_11(n, hw, device, dtype):
     fused = myops.nn.ConvTranspose2dBatchNormTanhMaxPool2dGroupNorm.from_modules(block.conv, block.bn, block.act,
                                                                               block.pool, block.norm)
     return Case(block, x, fused, _conv_flops(x, block.conv),
-                (x.numel() + out_numel) * x.element_size(), chain=True)
+                (x.numel() + out_numel) * x.element_size(), chain=True, fused_module=fused)
 
 
 def _conv(n, c_in, c_out, h, w, device, dtype, **kw):
@@ -151,7 +153,10 @@ def _norm_act(n, c_in, c_out, hw, norm, act, device, dtype, length=None, **conv_
     x = torch.rand(n, c_in, *size, device=device, dtype=dtype)
     with torch.no_grad():
         out_numel = conv(x[:1]).numel() * n
-    return Case(block, x, None, _conv_flops(x, conv), (x.numel() + out_numel) * x.element_size(), chain=True)
+    fused_cls = myops.nn.ConvTranspose2dNormAct if length is None else myops.nn.ConvTranspose1dNormAct
+    fused = fused_cls.from_modules(conv, *[m for m in (norm, act) if not isinstance(m, nn.Identity)])
+    return Case(block, x, None, _conv_flops(x, conv), (x.numel() + out_numel) * x.element_size(), chain=True,
+                fused_module=fused)
 
 
 def _dcgan(n, c, hw, d, t):  # DCGAN generator's middle layer: ConvT(k4 s2 p1, no bias) -> BN -> ReLU
@@ -211,12 +216,16 @@ def names(device: str) -> List[str]:
     return [name for name, (full, cpu_sized) in WORKLOADS.items() if device == "cuda" or cpu_sized is not None]
 
 
-def build(name: str, device: str, dtype: torch.dtype, train: bool = False) -> Case:
-    """Workload `name`; train: its myops row set up for a training step."""
+def build(name: str, device: str, dtype: torch.dtype, train: bool = False, eager: bool = False) -> Case:
+    """Workload `name`; train: its myops row set up for a training step; eager: a chain's myops row
+    is its myops.nn module in eager mode (else torch.compile with the rewrite where it trains or
+    has no other myops form)."""
     if name not in names(device):
         raise ValueError(f"myops.bench: no workload {name!r} on {device} (workloads there: {', '.join(names(device))})")
     full, cpu_sized = WORKLOADS[name]
     case = (full if device == "cuda" else cpu_sized)(device, dtype)
-    if case.chain and (train or case.myops_fn is None):
+    if case.chain and eager:
+        case.myops_fn = case.fused_module
+    elif case.chain and (train or case.myops_fn is None):
         case.myops_fn = compiled_with_myops(case.module, case.input, train)
     return case

@@ -36,6 +36,17 @@ def test_bench_cli_cpu_training_rows():
         assert r["myops_peak_mib"] is None  # peak memory: CUDA only
 
 
+def test_bench_cli_eager_module_rows():
+    # --eager: a chain's myops row is its myops.nn module in eager mode, over the block's own layers
+    from myops import workloads
+    case = workloads.build("dcgan_bn_relu", "cpu", torch.float32, eager=True)
+    assert isinstance(case.myops_fn, torch.nn.Module) and case.myops_fn.conv is case.module.conv
+    rows = bench.main(["--device", "cpu", "--workloads", "pix2pix_bn,L2_19", "--no-compile", "--reps", "1",
+                       "--train", "--eager"])
+    for r in rows:
+        assert r["myops_ms"] > 0 and r["myops_grad_rel_l2"] < 1e-5
+
+
 def test_cuda_only_rows_are_named_on_the_cpu():
     # conv + activation rows exist at CUDA size only (the CPU pass leaves such chains to Inductor):
     # not in the CPU's default list, and asked for by name, a clear error
