@@ -250,8 +250,8 @@ def _activation_kwargs(act: nn.Module) -> dict:
 
 class _ConvTransposeNormAct(nn.Module):
     """ConvTranspose{1,2}dNormAct: the conv type, its norms and the API function by subclass."""
-    _conv: type
-    _api = None
+    _conv: type       # the conv layer it follows
+    _api: staticmethod  # the Python API function it calls
 
     @classmethod
     def from_modules(cls, conv: nn.Module, *layers: nn.Module) -> "_ConvTransposeNormAct":
@@ -306,6 +306,9 @@ class ConvTranspose1dNormAct(_ConvTransposeNormAct):
     _api = staticmethod(norm_act.conv_transpose1d_norm_act)
 
 
+_FUSED_BY_DIMS = {2: ConvTranspose2dNormAct, 1: ConvTranspose1dNormAct}
+
+
 # The chains the swapper replaces: the layer types in order (exact types: a subclass may have its
 # own forward), and the fused module that takes them.
 CHAINS = {
@@ -356,8 +359,7 @@ def _fused(layers: Sequence[nn.Module]) -> Optional[Tuple[str, nn.Module, int]]:
         dims = _conv_dims(run[0])
         kind = "_".join([f"conv_transpose{dims}d"] + [{**_NORMS_BY_DIMS[dims], **_ACTIVATIONS}[type(m)]
                                                       for m in run[1:]])
-        fused_cls = ConvTranspose2dNormAct if dims == 2 else ConvTranspose1dNormAct
-        candidates.append((kind, (tuple(type(m) for m in run), fused_cls)))
+        candidates.append((kind, (tuple(type(m) for m in run), _FUSED_BY_DIMS[dims])))
     for name, (types, cls) in candidates:
         if len(layers) >= len(types) and all(type(m) is t for m, t in zip(layers, types)):
             run = layers[:len(types)]
