@@ -160,6 +160,8 @@ def main(argv=None):
                         "date and command; several runs may append to one page with --append")
     p.add_argument("--append", action="store_true", help="with --markdown: add this run's section to the page")
     p.add_argument("--plot", metavar="PATH", help="also draw ms per workload and backend as an image (needs matplotlib)")
+    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a myops.backends option for the run (e.g. aten_training=always); repeatable")
     args = p.parse_args(argv)
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -169,7 +171,16 @@ def main(argv=None):
         torch.set_float32_matmul_precision("highest")
     reps = args.reps or (50 if device == "cuda" else 10)
     import myops  # noqa: F401  (registers the ops)
+    from myops import backends
+    previous = backends.set_options(**dict(backends.parse_assignment(o) for o in args.option))
+    try:
+        return _run(args, device, reps, argv)
+    finally:
+        backends.set_options(**previous)
 
+
+def _run(args, device: str, reps: int, argv):
+    """The workloads' rows (or the sweep), under the run's options."""
     if args.sweep:
         return _sweep(args, device, argv)
     rows = []

@@ -47,6 +47,22 @@ def test_bench_cli_eager_module_rows():
         assert r["myops_ms"] > 0 and r["myops_grad_rel_l2"] < 1e-5
 
 
+def test_bench_cli_options_hold_for_the_run_only(monkeypatch):
+    import myops.backends as B
+    seen = []
+    real = bench.run_workload
+
+    def spy(*args, **kwargs):
+        seen.append(B.get_option("aten_training"))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(bench, "run_workload", spy)
+    bench.main(["--device", "cpu", "--workloads", "gelu", "--no-compile", "--reps", "1", "--train",
+                "--option", "aten_training=never"])
+    assert seen == ["never"] and B.get_option("aten_training") == "auto"
+    with pytest.raises(ValueError, match="expected NAME=VALUE"):
+        bench.main(["--device", "cpu", "--workloads", "gelu", "--option", "no_such_option=1"])
+
+
 def test_cuda_only_rows_are_named_on_the_cpu():
     # conv + activation rows exist at CUDA size only (the CPU pass leaves such chains to Inductor):
     # not in the CPU's default list, and asked for by name, a clear error
