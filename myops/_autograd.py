@@ -85,17 +85,30 @@ def _conv_grads(grad_conv, input, weight, bias_len, conv_args, mask):
 def _group_norm_grads(grad, x, num_groups, gamma, eps, mask):
     if torch.is_grad_enabled():  # a backward that is itself differentiated (create_graph=True)
         return _group_norm_grads_composite(grad, x, num_groups, gamma, eps, mask)
-    n, c = x.shape[0], x.shape[1]
-    hxw = _hxw(x)
-    # aten's kernels want both in one (plain) layout; a channels_last x would be rejected on CUDA
-    x, grad = x.contiguous(), grad.contiguous()
-    _, mean, rstd = aten.native_group_norm(x, gamma, None, n, c, hxw, num_groups, eps)
-    gx, ggamma, _ = aten.native_group_norm_backward(
-        grad, x, mean, rstd, gamma, n, c, hxw, num_groups,
-        [mask[0], mask[1], False])
+    x = x.contiguous(memory_format=_group_norm_layout(x))
+    _, mean, rstd = aten.native_group_norm(x, gamma, None, x.shape[0], x.shape[1], _hxw(x), num_groups, eps)
+    return _group_norm_grads_of_stats(grad, x, mean, rstd, gamma, num_groups, mask)
+
+
+def _group_norm_grads_of_stats(grad, x, mean, rstd, gamma, num_groups, mask):
+    """(g_x, g_gamma, g_beta) of GroupNorm over x [N, C, *] with its statistics mean / rstd
+    [N, num_groups], where mask asks: aten's backward kernel, x and grad in _group_norm_layout."""
+    layout = _group_norm_layout(x)
+    x, grad = x.contiguous(memory_format=layout), grad.contiguous(memory_format=layout)
+    gx, ggamma, _ = aten.native_group_norm_backward(grad, x, mean, rstd, gamma, x.shape[0], x.shape[1], _hxw(x),
+                                                    num_groups, [mask[0], mask[1], False])
     # beta's gradient is a plain channel sum; aten's backward fails on it when gamma is None
     gbeta = grad.sum(dim=[0, *range(2, grad.dim())]) if mask[2] else None
     return gx, ggamma, gbeta
+
+
+def _group_norm_layout(x) -> torch.memory_format:
+    """The one memory format aten's group-norm kernels take x and its gradient in (the backward
+    reads the gradient as laid out like x): channels-last where x lies so on the CPU, else
+    contiguous (a channels-last x is rejected on CUDA)."""
+    channels_last = (x.device.type == "cpu" and x.dim() == 4 and not x.is_contiguous()
+                     and x.is_contiguous(memory_format=torch.channels_last))
+    return torch.channels_last if channels_last else torch.contiguous_format
 
 
 def _group_norm_grads_composite(grad, x, num_groups, gamma, eps, mask):

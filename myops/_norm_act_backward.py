@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._autograd import _activation_backward, _needs_pre_activation
+from ._autograd import _activation_backward, _group_norm_grads_of_stats, _needs_pre_activation
 from .backends import get_option
 
 
@@ -61,13 +61,7 @@ class NormActOfBatchStats(torch.autograd.Function):
                 gx, gw, gb = torch.ops.aten.native_batch_norm_backward(g_z, out, weight, None, None, mean, rstd,
                                                                        True, eps, needs)
             else:
-                n, c = out.shape[0], out.shape[1]
-                layout = _group_norm_layout(out)
-                # (bias's gradient a plain channel sum: aten's backward fails on it without a weight)
-                gx, gw, _ = torch.ops.aten.native_group_norm_backward(
-                    g_z.contiguous(memory_format=layout), out.contiguous(memory_format=layout), mean, rstd, weight,
-                    n, c, out[0, 0].numel(), num_groups, [needs[0], needs[1], False])
-                gb = g_z.sum([0, *range(2, g_z.dim())]) if needs[2] else None
+                gx, gw, gb = _group_norm_grads_of_stats(g_z, out, mean, rstd, weight, num_groups, needs)
         return gx, None, None, gw, gb, None, None, None, None, None
 
 
@@ -114,13 +108,8 @@ class BatchNormChainOfBatchStats(torch.autograd.Function):
             g_x, g_bn_w, g_bn_b, g_gn_w, g_gn_b = _grads_of(chain, (out, bn_weight, bn_bias, gn_weight, gn_bias),
                                                               grad, wanted)
             return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
-        n, c = pooled.shape[0], pooled.shape[1]
-        layout = _group_norm_layout(pooled)
-        # (the bias's gradient a plain channel sum: aten's backward fails on it without a weight)
-        g_pooled, g_gn_w, _ = torch.ops.aten.native_group_norm_backward(
-            grad.contiguous(memory_format=layout), pooled.contiguous(memory_format=layout), gn_mean, gn_rstd,
-            gn_weight, n, c, pooled[0, 0].numel(), num_groups, [any(wanted[:3]), wanted[3], False])
-        g_gn_b = grad.sum([0, 2, 3]) if wanted[4] else None
+        g_pooled, g_gn_w, g_gn_b = _group_norm_grads_of_stats(grad, pooled, gn_mean, gn_rstd, gn_weight, num_groups,
+                                                         [any(wanted[:3]), wanted[3], wanted[4]])
         g_x = g_bn_w = g_bn_b = None
         if any(wanted[:3]):
             g_act = torch.ops.aten.max_pool2d_with_indices_backward(g_pooled, act, *pool_args, False, indices)
@@ -128,14 +117,6 @@ class BatchNormChainOfBatchStats(torch.autograd.Function):
                 torch.ops.aten.tanh_backward(g_act, act), out, bn_weight, None, None, mean, (var + bn_eps).rsqrt(),
                 True, bn_eps, wanted[:3])
         return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
-
-
-def _group_norm_layout(x: Tensor) -> torch.memory_format:
-    """The memory format aten's group-norm backward takes x and its gradient in (both in one: it
-    reads the gradient as laid out like x): channels-last where x lies so on the CPU, else contiguous."""
-    channels_last = (x.device.type == "cpu" and x.dim() == 4 and not x.is_contiguous()
-                     and x.is_contiguous(memory_format=torch.channels_last))
-    return torch.channels_last if channels_last else torch.contiguous_format
 
 
 def group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:

@@ -6,7 +6,8 @@ after warm-up, the three timed in turn, one call each per round) and reports eac
 against a float64 reference, and on a GPU each one's peak memory. ``--train`` times a training
 step instead (forward and backward: the gradients of the input and of every parameter), the
 chains' myops row then being torch.compile with the rewrite against plain torch.compile;
-``--eager`` makes every chain's myops row its ``myops.nn`` module in eager mode. ``--sweep`` times standalone transposed convs over many layer shapes instead (myops/sweep.py).
+``--eager`` makes every chain's myops row its ``myops.nn`` module in eager mode. ``--sweep`` times
+standalone transposed convs over many layer shapes instead (myops/sweep.py).
 """
 import argparse
 import copy
