@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._autograd import _activation_backward, _group_norm_grads_of_stats, _needs_pre_activation
+from ._autograd import (_activation_backward, _group_norm_grads_of_stats, _group_norm_layout,
+                        _needs_pre_activation)
 from .backends import get_option
 
 
@@ -85,6 +86,7 @@ class BatchNormChainOfBatchStats(torch.autograd.Function):
     def forward(ctx, out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, bn_eps, pool_args, num_groups, gn_eps):
         act = torch.tanh(F.batch_norm(out, mean, var, bn_weight, bn_bias, False, 0.0, bn_eps))
         pooled, indices = torch.ops.aten.max_pool2d_with_indices(act, *pool_args)
+        pooled = pooled.contiguous(memory_format=_group_norm_layout(pooled))  # aten's kernel asks it
         n, c = pooled.shape[0], pooled.shape[1]
         y, gn_mean, gn_rstd = torch.ops.aten.native_group_norm(pooled, gn_weight, gn_bias, n, c, pooled[0, 0].numel(),
                                                                num_groups, gn_eps)

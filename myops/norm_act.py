@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _autocast, _norm_act_backward, _shapes
+from ._autograd import _group_norm_layout
 from ._sync_batch_norm import global_channel_stats, needs_sync
 from .ops import (IntOrPair, _conv_args, _conv_output_hw, _eager, _one_row_args, group_norm_with_stats, per_channel,
                   update_running_stats)
@@ -217,6 +218,7 @@ def _statistics(out: Tensor, stats: str, num_groups: int, differentiable: bool) 
                 _, mean, invstd = torch.ops.aten._native_batch_norm_legit.no_stats(out, None, None, True, 0.0, 0.0)
             else:
                 n, c = out.shape[0], out.shape[1]
+                out = out.contiguous(memory_format=_group_norm_layout(out))
                 _, mean, invstd = torch.ops.aten.native_group_norm(out, None, None, n, c, out[0, 0].numel(),
                                                                    num_groups, 0.0)
             return mean, invstd.pow(-2)  # (eps 0: var 0 gives an infinite invstd, and var 0 again)
