@@ -329,11 +329,11 @@ def _gelu_candidate(conv, approximate, gn) -> Candidate:
                      fused, reference, _hashable((conv_scalars, approximate, num_groups, eps)))
 
 
-def _conv_candidate(conv) -> Candidate:
+def _conv_candidate(conv, op, reference) -> Candidate:
+    """A standalone conv for the measured selection: op (myops') against reference (torch's)."""
     conv_scalars = conv[3:]
-    return Candidate("conv_transpose2d", conv[:3],
-                     lambda x, w, b: torch.ops.myops.conv_transpose2d.default(x, w, b, *conv_scalars),
-                     lambda x, w, b: F.conv_transpose2d(x, w, b, *conv_scalars), _hashable(conv_scalars))
+    return Candidate(op._schema.name.split("::")[1], conv[:3], lambda x, w, b: op(x, w, b, *conv_scalars),
+                     lambda x, w, b: reference(x, w, b, *conv_scalars), _hashable(conv_scalars))
 
 
 def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Optional[Tuple[str, ...]],
@@ -443,7 +443,8 @@ def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, dev
     """The transposed convolutions outside chains that standalone_conv sends to myops (see
     routes), counted into counts (and every one seen into found); each one left is logged
     with its reason."""
-    for dims, op in ((2, torch.ops.myops.conv_transpose2d.default), (1, torch.ops.myops.conv_transpose1d.default)):
+    for dims, op, reference in ((2, torch.ops.myops.conv_transpose2d.default, F.conv_transpose2d),
+                                (1, torch.ops.myops.conv_transpose1d.default, F.conv_transpose1d)):
         kind = op._schema.name.split("::")[1]
         for node in list(graph.nodes):
             conv = _conv_args(node, devices, dims=dims)
@@ -456,7 +457,7 @@ def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, dev
                 reason = ("conv_transpose2d=False" if not standalone_conv else
                           f"conv_transpose2d=\"auto\" routes every conv on {'/'.join(ROUTED_DEVICES)} and, "
                           "elsewhere, image heads after a rewritten chain")
-            elif dims == 2 and accept is not None and not accept(_conv_candidate(conv)):
+            elif accept is not None and not accept(_conv_candidate(conv, op, reference)):
                 reason = "measured slower"
             if reason is not None:
                 log.info("myops.compile: standalone %s left to Inductor: %s", kind, reason)

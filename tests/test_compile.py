@@ -533,13 +533,16 @@ conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm""")
         self.assertEqual(out.shape, (2, 16, 4, 4))
 
 
-MEASURED_MODELS = {
-    "gelu chain": (lambda: Block(4, 6, 3, 3, stride=2, padding=1), FUSED, {}),
-    "bn chain, train": (lambda: BnBlock(), BN_CHAIN, {}),
-    "bn chain, eval": (lambda: BnBlock().eval(), BN_CHAIN, {}),
-    "standalone conv": (lambda: nn.ConvTranspose2d(4, 6, 3, stride=2), "conv_transpose2d", dict(conv_transpose2d=True)),
+MEASURED_MODELS = {  # model, the pattern measured, enable()'s options, the input's shape
+    "gelu chain": (lambda: Block(4, 6, 3, 3, stride=2, padding=1), FUSED, {}, (2, 4, 7, 6)),
+    "bn chain, train": (lambda: BnBlock(), BN_CHAIN, {}, (2, 8, 7, 6)),
+    "bn chain, eval": (lambda: BnBlock().eval(), BN_CHAIN, {}, (2, 8, 7, 6)),
+    "standalone conv": (lambda: nn.ConvTranspose2d(4, 6, 3, stride=2), "conv_transpose2d", dict(conv_transpose2d=True),
+                        (2, 4, 7, 6)),
+    "standalone 1-d conv": (lambda: nn.ConvTranspose1d(4, 6, 5, stride=3), "conv_transpose1d",
+                            dict(conv_transpose2d=True), (2, 4, 9)),
     "family chain": (lambda: nn.Sequential(nn.ConvTranspose2d(4, 6, 3, stride=2), nn.BatchNorm2d(6), nn.ReLU()),
-                     "conv_transpose2d_batch_norm_relu", {}),
+                     "conv_transpose2d_batch_norm_relu", {}, (2, 4, 7, 6)),
 }
 
 
@@ -549,9 +552,9 @@ def test_measured_selection_follows_the_timings(case, fused_faster, monkeypatch)
     # The timings are given (the real ones would make the test depend on the machine), but both
     # callables of each candidate run on the random inputs the pass made from the graph's example
     # values, and must agree: the replacement and the chain as eager PyTorch runs it.
-    make, pattern, options = MEASURED_MODELS[case]
+    make, pattern, options, shape = MEASURED_MODELS[case]
     model = make()
-    x = torch.randn(2, 4 if pattern != BN_CHAIN else 8, 7, 6)
+    x = torch.randn(shape)
     seen = []
 
     def fake_times(candidate, tensors, device):
