@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._autograd import (_activation_backward, _group_norm_grads_of_stats, _group_norm_layout,
+from ._autograd import (_activation_backward, _conv_grads, _group_norm_grads_of_stats, _group_norm_layout,
                         _needs_pre_activation)
 from .backends import get_option
 
@@ -45,33 +45,83 @@ class NormActOfBatchStats(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        from .norm_act import activation_fn, normalize_one_pass
         out, mean, var, weight, bias, y = ctx.saved_tensors
-        eps, num_groups, activation, negative_slope, approximate = ctx.args
         needs = [ctx.needs_input_grad[0], ctx.needs_input_grad[3] and weight is not None,
                  ctx.needs_input_grad[4] and bias is not None]
         if torch.is_grad_enabled():  # double backward: torch ops, differentiable
-            gx, gw, gb = _norm_act_grads_composite(grad, out, weight, bias, eps, num_groups,
-                                                   activation_fn(activation, negative_slope, approximate), needs)
+            gx, gw, gb = _grads_of(_norm_act_chain(*ctx.args), (out, weight, bias), grad, needs)
         else:
-            z = (normalize_one_pass(out, mean, var, eps, weight, bias)
-                 if _needs_pre_activation(activation, negative_slope) else None)
-            g_z = _activation_backward(grad, y, z, activation, negative_slope, approximate)
-            rstd = (var + eps).rsqrt()
-            if num_groups == 0:
-                gx, gw, gb = torch.ops.aten.native_batch_norm_backward(g_z, out, weight, None, None, mean, rstd,
-                                                                       True, eps, needs)
-            else:
-                gx, gw, gb = _group_norm_grads_of_stats(g_z, out, mean, rstd, weight, num_groups, needs)
+            gx, gw, gb = _norm_act_grads(grad, out, mean, var, weight, bias, y, *ctx.args, needs)
         return gx, None, None, gw, gb, None, None, None, None, None
 
 
-def _norm_act_grads_composite(grad, out, weight, bias, eps, num_groups, act, needs):
-    """NormActOfBatchStats' gradients with the chain recomputed in torch ops (differentiable)."""
+class ConvNormActOfBatchStats(torch.autograd.Function):
+    """NormActOfBatchStats and the conv before it as one autograd node: out = pre(conv_transpose2d(
+    input, conv_weight, conv_bias, *conv_args)) as the conv op computed it, without a gradient
+    (pre: an activation whose backward needs only its output, or none). Backward runs the norm's
+    as NormActOfBatchStats does, then pre's and aten's convolution_backward: the conv op's own
+    autograd formula, a node of its own, costs more host time than a small layer's kernels."""
+
+    @staticmethod
+    def forward(ctx, input, conv_weight, conv_bias, weight, bias, out, mean, var, conv_args, pre, eps, num_groups,
+                activation, negative_slope, approximate):
+        from .norm_act import normalize_one_pass
+        y = normalize_one_pass(out, mean, var, eps, weight, bias, activation, negative_slope, approximate)
+        ctx.save_for_backward(input, conv_weight, conv_bias, weight, bias, out, mean, var, y)
+        ctx.conv = (conv_args, pre)
+        ctx.args = (eps, num_groups, activation, negative_slope, approximate)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, conv_weight, conv_bias, weight, bias, out, mean, var, y = ctx.saved_tensors
+        conv_args, pre = ctx.conv
+        needs = ctx.needs_input_grad
+        wanted = [needs[0], needs[1], needs[2] and conv_bias is not None, needs[3] and weight is not None,
+                  needs[4] and bias is not None]
+        if torch.is_grad_enabled():  # double backward: torch ops, differentiable
+            from .norm_act import activation_fn
+            norm_act = _norm_act_chain(*ctx.args)
+
+            def chain(input, conv_weight, conv_bias, weight, bias):
+                conv = F.conv_transpose2d(input, conv_weight, conv_bias, *conv_args)
+                return norm_act(activation_fn(*pre)(conv), weight, bias)
+            grads = _grads_of(chain, (input, conv_weight, conv_bias, weight, bias), grad, wanted)
+        else:
+            g_out, gw, gb = _norm_act_grads(grad, out, mean, var, weight, bias, y, *ctx.args,
+                                            [any(wanted[:3]), wanted[3], wanted[4]])
+            gi = g_cw = g_cb = None
+            if any(wanted[:3]):
+                g_conv = _activation_backward(g_out, out, None, *pre)
+                gi, g_cw, g_cb = _conv_grads(g_conv, input, conv_weight, None if conv_bias is None else
+                                             conv_bias.shape[0], conv_args, wanted[:3])
+            grads = (gi, g_cw, g_cb, gw, gb)
+        return (*grads, None, None, None, None, None, None, None, None, None, None)
+
+
+def _norm_act_grads(grad, out, mean, var, weight, bias, y, eps, num_groups, activation, negative_slope, approximate,
+                    needs):
+    """(g_out, g_weight, g_bias) of y = act(norm(out)) with out's batch statistics mean / var,
+    where needs asks: the activation's backward, then aten's fused BatchNorm / GroupNorm one."""
+    from .norm_act import normalize_one_pass
+    z = (normalize_one_pass(out, mean, var, eps, weight, bias)
+         if _needs_pre_activation(activation, negative_slope) else None)
+    g_z = _activation_backward(grad, y, z, activation, negative_slope, approximate)
+    rstd = (var + eps).rsqrt()
+    if num_groups == 0:
+        return torch.ops.aten.native_batch_norm_backward(g_z, out, weight, None, None, mean, rstd, True, eps, needs)
+    return _group_norm_grads_of_stats(g_z, out, mean, rstd, weight, num_groups, needs)
+
+
+def _norm_act_chain(eps, num_groups, activation, negative_slope, approximate):
+    """act(norm(out, weight, bias)) with out's batch statistics, in differentiable torch ops."""
+    from .norm_act import activation_fn
+    act = activation_fn(activation, negative_slope, approximate)
+
     def chain(out, weight, bias):
         return act(F.batch_norm(out, None, None, weight, bias, True, 0.0, eps) if num_groups == 0
                    else group_norm(out, num_groups, weight, bias, eps))
-    return _grads_of(chain, (out, weight, bias), grad, needs)
+    return chain
 
 
 class BatchNormChainOfBatchStats(torch.autograd.Function):

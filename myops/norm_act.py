@@ -7,6 +7,7 @@ channel, or per (sample, group)). The normalisation and an activation after it a
 the op's output and its small statistics tensors: under torch.compile Inductor fuses them with
 their consumers into one pass over the output.
 """
+import contextlib
 import math
 from typing import Optional, Tuple, Union
 
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import _autocast, _norm_act_backward, _shapes
-from ._autograd import _group_norm_layout
+from ._autograd import _group_norm_layout, _needs_pre_activation
 from ._sync_batch_norm import global_channel_stats, needs_sync
 from .ops import (IntOrPair, _conv_args, _conv_output_hw, _eager, _one_row_args, group_norm_with_stats, per_channel,
                   update_running_stats)
@@ -120,15 +121,22 @@ def conv_transpose2d_norm_act(
         # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own)
         input, weight = _channels_last(input, weight)
     saves_conv = act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias)
+    pre = (activation, negative_slope, approximate) if act_first else ("none", 0.01, "none")
+    # eager training, the batch statistics' gradient by aten's fused norm backward: the conv and
+    # what follows it as one autograd node (the conv op then runs without its own formula)
+    one_node = (batch_stats and not sync and not return_conv and not _needs_pre_activation(*pre[:2])
+                and _eager(input) and not torch.is_autocast_enabled(input.device.type)
+                and _norm_act_backward.takes(input, weight, bias, norm_weight, norm_bias))
     if saves_conv:
         out = _activation_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate)
     else:
-        out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, activation if act_first else "none",
-                                    float(negative_slope), approximate, stats, groups_n)
+        with torch.no_grad() if one_node else contextlib.nullcontext():
+            out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, pre[0], float(negative_slope), approximate,
+                                        stats, groups_n)
     out_dtype = _autocast.group_norm_dtype(out) if norm == "group_norm" else out.dtype
     # eager training: aten's fused norm backward, the batch statistics' part included
-    fused_backward = (_eager(out) and out_dtype == out.dtype and batch_stats and not sync
-                      and _norm_act_backward.takes(out, norm_weight, norm_bias))
+    fused_backward = one_node or (_eager(out) and out_dtype == out.dtype and batch_stats and not sync
+                                  and _norm_act_backward.takes(out, norm_weight, norm_bias))
     if saves_conv:
         mean, var = _statistics(out, stats, groups_n, differentiable=not fused_backward)
     if norm == "none":
@@ -144,9 +152,13 @@ def conv_transpose2d_norm_act(
     if not batch_stats:
         mean, var = running_mean, running_var
     post = ("none", 0.01, "none") if act_first else (activation, negative_slope, approximate)
-    if fused_backward:
+    num_groups_arg = groups_n if stats == "group" else 0
+    if one_node:
+        y = _norm_act_backward.ConvNormActOfBatchStats.apply(input, weight, bias, norm_weight, norm_bias, out, mean,
+                                                             var, conv_args, pre, eps, num_groups_arg, *post)
+    elif fused_backward:
         y = _norm_act_backward.NormActOfBatchStats.apply(out, mean.detach(), var.detach(), norm_weight, norm_bias,
-                                                         eps, groups_n if stats == "group" else 0, *post)
+                                                         eps, num_groups_arg, *post)
     elif _eager(out) and out_dtype == out.dtype:
         y = normalize_one_pass(out, mean, var, eps, norm_weight, norm_bias, *post)
     else:
@@ -196,7 +208,6 @@ def _saves_conv(activation: str, negative_slope: float, *tensors: Optional[Tenso
     recorded), where the activation's backward needs its input (gelu, silu; the op's own backward
     would recompute the conv), unless myops.backends' recompute_conv asks for the low-memory form."""
     from . import backends
-    from ._autograd import _needs_pre_activation
     return (_needs_pre_activation(activation, negative_slope) and torch.is_grad_enabled()
             and any(t is not None and t.requires_grad for t in tensors) and not backends.get_option("recompute_conv"))
 
