@@ -22,7 +22,7 @@ def parse_args(description, extra=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--reps", type=int, default=None)
     p.add_argument("--measure", action="store_true",
-                   help="myops.compile.enable(measure=True): rewrite only chains timed faster than eager")
+                   help="myops.compile.enable(measure=True): rewrite only chains timed faster than Inductor")
     p.add_argument("--profile", action="store_true", help="print the CUDA kernels of each row (torch.profiler)")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="a myops.backends option for the run (e.g. recompute_conv=1)")

@@ -281,7 +281,7 @@ def rewrite_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...]], found: D
             at, reason = _call_site(graph, chain)
         kwargs = None if reason else _api_kwargs(chain)
         if reason is None and accept is not None and not accept(_candidate(chain, conv, kwargs)):
-            reason = "measured slower than the chain in eager PyTorch"
+            reason = "measured slower than the chain as Inductor compiles it"
         if reason is not None:
             log.info("myops.compile: %s chain left to Inductor: %s", kind, reason)
             continue

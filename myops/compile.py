@@ -27,13 +27,12 @@ chains, not faster, so the default leaves them to it. ``enable(devices=None)`` r
 device.
 
 Measured selection (``enable(measure=True)``): each matched chain is timed at compile time, on
-the graph's shapes and device with random inputs, as the fused op and as the chain in eager
-PyTorch (its conv's input and weight as given and channels-last, the faster counting: Inductor
-lays out a graph's convolutions channels-last where that pays, with no copy), and rewritten only
-where the fused op is faster. Inductor runs such a chain with the same convolution as eager and
-fuses its other passes, so it is normally at least as fast as eager: this declines chains the
-fused op would slow down (and may keep some that Inductor's own code would run faster). Graphs
-with dynamic shapes are not measured.
+the graph's shapes and device with random inputs, as the fused op and as the chain compiled by
+Inductor without the rewrite (its conv's input and weight as given and channels-last, the faster
+counting: Inductor lays out a graph's convolutions channels-last where that pays, the copies at
+the graph's edges), and rewritten only where the fused op is faster. Each chain kind and shape
+costs one more Inductor compilation of its own small graph, twice for a 2-D conv (where Inductor
+cannot compile it, eager PyTorch's time stands in). Graphs with dynamic shapes are not measured.
 """
 import contextlib
 import functools
@@ -130,7 +129,7 @@ class MyopsFusionPass(CustomGraphPass):
         """The rewrite alone (without a chained pass): also run on a DDP model's whole graph
         before Dynamo splits it at bucket boundaries (_distributed)."""
         counts = _rewrite(graph, standalone_conv=self.conv_transpose2d, split_normalize=True, devices=self.devices,
-                          accept=_measure.faster_than_eager if self.measure else None)
+                          accept=_measure.faster_than_inductor if self.measure else None)
         if any(counts.values()):
             log.info("myops.compile: replaced %s", {k: v for k, v in counts.items() if v})
 
@@ -163,7 +162,7 @@ def enable(*, conv_transpose2d: _fx_match.StandaloneConv = "auto", devices: Devi
         devices: device types whose chains are rewritten (default: CUDA only, where the fused
             kernels are faster; see the module docstring); None: every device.
         measure: rewrite a chain only where the fused op, timed at compile time on the graph's
-            shapes, beats the chain in eager PyTorch (see the module docstring).
+            shapes, beats the chain as Inductor compiles it (see the module docstring).
     """
     if not isinstance(measure, bool):
         raise ValueError(f"myops.compile.enable: argument 'measure' must be a bool, got {measure!r}")

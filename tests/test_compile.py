@@ -574,24 +574,47 @@ def test_measured_selection_follows_the_timings(case, fused_faster, monkeypatch)
 
 
 def test_measured_reference_takes_its_faster_layout(monkeypatch):
-    # the chain as Inductor may lay it out: the conv's input and weight as given or channels-last
-    # (a 4-D conv; a 1-D one as given), the faster counting
+    # the chain as Inductor compiles it, its conv's input and weight as given or channels-last
+    # (a 4-D conv; a 1-D one as given), the faster counting; eager PyTorch where Inductor fails
     layouts = []
 
     def reference(x, w, b):
         layouts.append(x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
                        and w.is_contiguous(memory_format=torch.channels_last))
+        return x.sum() if b is None else b
 
     candidate = myops._fx_match.Candidate("chain", [], lambda *t: None, reference)
-    times = {"fused": 3.0, "eager": 2.0, "eager_channels_last": 1.0}
-    monkeypatch.setattr(myops._measure, "median_ms_each",
-                        lambda fns, *a, **k: {label: (fn(), times[label])[1] for label, fn in fns.items()})
+    times = {"fused": 3.0, "as_given": 2.0, "channels_last": 1.0}
+    monkeypatch.setattr(myops._measure, "median_ms_each", lambda fns, *a, **k: {
+        label: (fn(), times[label.removeprefix("inductor_").removeprefix("eager_")])[1] for label, fn in fns.items()})
     x, w = torch.randn(2, 4, 5, 5), torch.randn(4, 6, 3, 3)
+    compiled = []
+    monkeypatch.setattr(myops._measure, "_inductor_compiled", lambda fn, ts: compiled.append(ts) or fn)
     assert myops._measure.chain_times(candidate, [x, w, None], "cpu") == (3.0, 1.0)
-    assert layouts == [False, True]
+    assert layouts == [False, True] and len(compiled) == 2
     layouts.clear()
     assert myops._measure.chain_times(candidate, [x[:, :, 0], w[:, :, 0], None], "cpu") == (3.0, 2.0)
-    assert layouts == [False]
+    assert layouts == [False] and len(compiled) == 3
+
+    def fails(fn, ts):
+        raise RuntimeError("no")
+    monkeypatch.setattr(myops._measure, "_inductor_compiled", fails)
+    layouts.clear()
+    assert myops._measure.chain_times(candidate, [x, w, None], "cpu") == (3.0, 1.0)
+    assert layouts == [False, True]
+
+
+def test_measured_chain_is_inductors_own_compilation():
+    # the reference timed is Inductor's compiled chain: same values as eager, and compiled without
+    # the myops pass although it runs inside a compilation with the pass installed
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 4, 7, 6), torch.randn(4, 6, 3, 3), None
+    reference = lambda x, w, b: torch.relu(F.batch_norm(F.conv_transpose2d(x, w, b, 2), None, None, training=True))
+    mc.enable(devices=None)
+    mc.reset_stats()
+    compiled = myops._measure._inductor_compiled(reference, [x, w, b])
+    torch.testing.assert_close(compiled(x, w, b), reference(x, w, b), atol=1e-5, rtol=1e-5)
+    assert not any(mc.stats().values())
 
 
 def test_measured_selection_times_for_real_logs_and_remembers(caplog):
@@ -600,7 +623,7 @@ def test_measured_selection_times_for_real_logs_and_remembers(caplog):
     with caplog.at_level(logging.INFO, logger="myops.compile"), no_cache(), torch.no_grad():
         compiled_matches_eager(model, torch.randn(2, 4, 9, 9))
         decisions = [r.getMessage() for r in caplog.records if "myops.compile: conv" in r.getMessage()]
-        assert len(decisions) == 1 and "eager PyTorch" in decisions[0], decisions
+        assert len(decisions) == 1 and "the chain" in decisions[0], decisions
         assert mc.stats()[FUSED] == int("rewritten" in decisions[0])
         torch._dynamo.reset()  # the same chain compiled again: the decision is not timed again
         compiled_matches_eager(model, torch.randn(2, 4, 9, 9))
