@@ -58,7 +58,9 @@ def _inductor_compiled(reference, tensors) -> Callable[..., object]:
         return reference(*full)
     args = [tensors[i] for i in present]
     graph = make_fx(on_present)(*args)
-    with inductor_config.patch(pre_grad_custom_pass=None), torch._guards.tracing(None):
+    # (not under CUDA graphs either, which a reduce-overhead compilation around it may have set)
+    with inductor_config.patch({"pre_grad_custom_pass": None, "triton.cudagraphs": False}), \
+            torch._guards.tracing(None):
         compiled = torch._inductor.compile(graph, args)
     return lambda *given: compiled(*[given[i] for i in present])
 
