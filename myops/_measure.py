@@ -23,45 +23,47 @@ def _random_like(meta: torch.Tensor) -> torch.Tensor:
 
 
 def chain_times(candidate: Candidate, tensors, device: str) -> Tuple[float, float]:
-    """Median ms of the fused op and of the chain as the rewrite would otherwise leave it: compiled
-    by Inductor (its own graph, without the pass), on the same tensors. The chain's time is the
-    faster of its conv's input and weight as given and channels-last: in a model's graph Inductor
-    lays convolutions out channels-last where that pays, the layout copies at the graph's edges,
-    so the rewrite must beat that form too. Where Inductor cannot compile the chain, eager
-    PyTorch's time in those two forms stands in."""
+    """Median ms of the fused op and of the chain, each as a compiled graph runs it: the fused op
+    in its traced form and the chain as the rewrite would otherwise leave it, compiled by Inductor
+    (their own graphs, without the pass), on the same tensors. The chain's time is the faster of
+    its conv's input and weight as given and channels-last: in a model's graph Inductor lays
+    convolutions out channels-last where that pays, the layout copies at the graph's edges, so the
+    rewrite must beat that form too. Where Inductor cannot compile them, both run eagerly."""
     forms = {"as_given": list(tensors)}
     if tensors[0].dim() == 4:
         forms["channels_last"] = [t.contiguous(memory_format=torch.channels_last) for t in tensors[:2]] + list(
             tensors[2:])
     try:
-        chain = {f"inductor_{name}": _inductor_compiled(candidate.reference, ts) for name, ts in forms.items()}
-    except Exception as e:  # noqa: BLE001 - the eager chain stands in
-        log.warning("myops.compile: %s: Inductor could not compile the chain to time it (%s: %s); timed in eager "
-                    "PyTorch instead", candidate.pattern, type(e).__name__, e)
-        chain = {f"eager_{name}": functools.partial(candidate.reference, *ts) for name, ts in forms.items()}
-    else:
-        chain = {name: functools.partial(fn, *forms[name.removeprefix("inductor_")]) for name, fn in chain.items()}
-    times = median_ms_each({"fused": lambda: candidate.fused(*tensors), **chain}, device, warmup=2, reps=5)
+        fns = {"fused": functools.partial(_inductor_compiled(candidate.fused, tensors), *tensors),
+               **{f"inductor_{name}": functools.partial(_inductor_compiled(candidate.reference, ts), *ts)
+                  for name, ts in forms.items()}}
+    except Exception as e:  # noqa: BLE001 - eager calls stand in
+        log.warning("myops.compile: %s: Inductor could not compile the candidates to time them (%s: %s); timed "
+                    "in eager mode instead", candidate.pattern, type(e).__name__, e)
+        fns = {"fused": functools.partial(candidate.fused, *tensors),
+               **{f"eager_{name}": functools.partial(candidate.reference, *ts) for name, ts in forms.items()}}
+    times = median_ms_each(fns, device, warmup=2, reps=5)
     return times.pop("fused"), min(times.values())
 
 
-def _inductor_compiled(reference, tensors) -> Callable[..., object]:
-    """reference (a function of tensors, None where absent) as Inductor compiles it for these
-    tensors' sizes, strides and dtypes: traced to aten ops and compiled now, outside the running
-    compilation (its pre-grad pass off: no rewrite, no recursion; no tracing context of its own)."""
+def _inductor_compiled(fn, tensors) -> Callable[..., object]:
+    """fn (a function of tensors, None where absent; no gradient recorded) as Inductor compiles it
+    for these tensors' sizes, strides and dtypes: traced to aten ops with fake tensors (so that
+    myops' API takes its traced form) and compiled now, outside the running compilation (its
+    pre-grad pass off: no rewrite, no recursion; no tracing context of its own)."""
     present = [i for i, t in enumerate(tensors) if t is not None]
 
     def on_present(*given):
         full = list(tensors)
         for i, t in zip(present, given):
             full[i] = t
-        return reference(*full)
+        return fn(*full)
     args = [tensors[i] for i in present]
-    graph = make_fx(on_present)(*args)
-    # (not under CUDA graphs either, which a reduce-overhead compilation around it may have set)
-    with inductor_config.patch({"pre_grad_custom_pass": None, "triton.cudagraphs": False}), \
-            torch._guards.tracing(None):
-        compiled = torch._inductor.compile(graph, args)
+    # (the running compilation's tracing context left out: its fake mode and shape guards are its
+    # own; not under CUDA graphs either, which a reduce-overhead compilation around it may have set)
+    with torch._guards.tracing(None), inductor_config.patch({"pre_grad_custom_pass": None,
+                                                             "triton.cudagraphs": False}):
+        compiled = torch._inductor.compile(make_fx(on_present, tracing_mode="fake")(*args), args)
     return lambda *given: compiled(*[given[i] for i in present])
 
 

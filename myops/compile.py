@@ -27,12 +27,13 @@ chains, not faster, so the default leaves them to it. ``enable(devices=None)`` r
 device.
 
 Measured selection (``enable(measure=True)``): each matched chain is timed at compile time, on
-the graph's shapes and device with random inputs, as the fused op and as the chain compiled by
-Inductor without the rewrite (its conv's input and weight as given and channels-last, the faster
-counting: Inductor lays out a graph's convolutions channels-last where that pays, the copies at
-the graph's edges), and rewritten only where the fused op is faster. Each chain kind and shape
-costs one more Inductor compilation of its own small graph, twice for a 2-D conv (where Inductor
-cannot compile it, eager PyTorch's time stands in). Graphs with dynamic shapes are not measured.
+the graph's shapes and device with random inputs, in a forward: the fused op in its traced form
+and the chain without the rewrite, each compiled by Inductor as a small graph of its own (the
+chain's conv input and weight as given and channels-last, the faster counting: Inductor lays out
+a graph's convolutions channels-last where that pays, the copies at the graph's edges), and
+rewritten only where the fused op is faster. Each chain kind and shape costs two or three more
+Inductor compilations (where they fail, eager calls are timed). Graphs with dynamic shapes are
+not measured.
 """
 import contextlib
 import functools
