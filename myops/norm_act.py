@@ -26,6 +26,7 @@ _ACT_STATS = torch.ops.myops.conv_transpose2d_act_stats.default
 NORMS = ("none", "batch_norm", "sync_batch_norm", "instance_norm", "group_norm")
 ACTIVATIONS = _shapes.ACTIVATIONS
 ORDERS = ("norm_act", "act_norm")
+_NO_ACTIVATION = ("none", 0.01, "none")  # (activation, negative_slope, approximate)
 
 
 def conv_transpose2d_act_stats(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrPair = 1,
@@ -121,7 +122,9 @@ def conv_transpose2d_norm_act(
         # goes channels-last in the graph: a copy Inductor generates, cheaper than oneDNN's own)
         input, weight = _channels_last(input, weight)
     saves_conv = act_first and stats != "none" and _saves_conv(activation, negative_slope, input, weight, bias)
-    pre = (activation, negative_slope, approximate) if act_first else ("none", 0.01, "none")
+    # the activation before the normalisation (computed by the conv op) and after it
+    pre, post = (((activation, negative_slope, approximate), _NO_ACTIVATION) if act_first
+                 else (_NO_ACTIVATION, (activation, negative_slope, approximate)))
     # eager training, the batch statistics' gradient by aten's fused norm backward: the conv and
     # what follows it as one autograd node (the conv op then runs without its own formula)
     one_node = (batch_stats and not sync and not return_conv and not _needs_pre_activation(*pre[:2])
@@ -151,7 +154,6 @@ def conv_transpose2d_norm_act(
         num_batches_tracked.add_(1)
     if not batch_stats:
         mean, var = running_mean, running_var
-    post = ("none", 0.01, "none") if act_first else (activation, negative_slope, approximate)
     num_groups_arg = groups_n if stats == "group" else 0
     if one_node:
         y = _norm_act_backward.ConvNormActOfBatchStats.apply(input, weight, bias, norm_weight, norm_bias, out, mean,
@@ -215,7 +217,7 @@ def _saves_conv(activation: str, negative_slope: float, *tensors: Optional[Tenso
 def _activation_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate) -> Tensor:
     """activation(conv) as a torch op on the op's plain conv: autograd then saves the conv output
     (and under torch.compile Inductor fuses the activation with the statistics: _statistics)."""
-    conv, _, _ = _ACT_STATS(input, weight, bias, *conv_args, "none", 0.01, "none", "none", 1)
+    conv, _, _ = _ACT_STATS(input, weight, bias, *conv_args, *_NO_ACTIVATION, "none", 1)
     return activation_fn(activation, negative_slope, approximate)(conv)
 
 
