@@ -56,25 +56,26 @@ class NormActOfBatchStats(torch.autograd.Function):
 
 
 class ConvNormActOfBatchStats(torch.autograd.Function):
-    """NormActOfBatchStats and the conv before it as one autograd node: out = pre(conv_transpose2d(
-    input, conv_weight, conv_bias, *conv_args)) as the conv op computed it, without a gradient
-    (pre: an activation whose backward needs only its output, or none). Backward runs the norm's
-    as NormActOfBatchStats does, then pre's and aten's convolution_backward: the conv op's own
-    autograd formula, a node of its own, costs more host time than a small layer's kernels."""
+    """NormActOfBatchStats and the conv before it as one autograd node: out = pre(conv), conv =
+    conv_transpose2d(input, conv_weight, conv_bias, *conv_args), computed without a gradient (pre:
+    an activation or none; conv given where pre's backward needs its input, else None). Backward
+    runs the norm's as NormActOfBatchStats does, then pre's and aten's convolution_backward: the
+    conv op's own autograd formula, a node of its own, costs more host time than a small layer's
+    kernels."""
 
     @staticmethod
-    def forward(ctx, input, conv_weight, conv_bias, weight, bias, out, mean, var, conv_args, pre, eps, num_groups,
-                activation, negative_slope, approximate):
+    def forward(ctx, input, conv_weight, conv_bias, weight, bias, conv, out, mean, var, conv_args, pre, eps,
+                num_groups, activation, negative_slope, approximate):
         from .norm_act import normalize_one_pass
         y = normalize_one_pass(out, mean, var, eps, weight, bias, activation, negative_slope, approximate)
-        ctx.save_for_backward(input, conv_weight, conv_bias, weight, bias, out, mean, var, y)
+        ctx.save_for_backward(input, conv_weight, conv_bias, weight, bias, conv, out, mean, var, y)
         ctx.conv = (conv_args, pre)
         ctx.args = (eps, num_groups, activation, negative_slope, approximate)
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        input, conv_weight, conv_bias, weight, bias, out, mean, var, y = ctx.saved_tensors
+        input, conv_weight, conv_bias, weight, bias, conv, out, mean, var, y = ctx.saved_tensors
         conv_args, pre = ctx.conv
         needs = ctx.needs_input_grad
         wanted = [needs[0], needs[1], needs[2] and conv_bias is not None, needs[3] and weight is not None,
@@ -84,19 +85,19 @@ class ConvNormActOfBatchStats(torch.autograd.Function):
             norm_act = _norm_act_chain(*ctx.args)
 
             def chain(input, conv_weight, conv_bias, weight, bias):
-                conv = F.conv_transpose2d(input, conv_weight, conv_bias, *conv_args)
-                return norm_act(activation_fn(*pre)(conv), weight, bias)
+                return norm_act(activation_fn(*pre)(F.conv_transpose2d(input, conv_weight, conv_bias, *conv_args)),
+                                weight, bias)
             grads = _grads_of(chain, (input, conv_weight, conv_bias, weight, bias), grad, wanted)
         else:
             g_out, gw, gb = _norm_act_grads(grad, out, mean, var, weight, bias, y, *ctx.args,
                                             [any(wanted[:3]), wanted[3], wanted[4]])
             gi = g_cw = g_cb = None
             if any(wanted[:3]):
-                g_conv = _activation_backward(g_out, out, None, *pre)
+                g_conv = _activation_backward(g_out, out, conv, *pre)
                 gi, g_cw, g_cb = _conv_grads(g_conv, input, conv_weight, None if conv_bias is None else
                                              conv_bias.shape[0], conv_args, wanted[:3])
             grads = (gi, g_cw, g_cb, gw, gb)
-        return (*grads, None, None, None, None, None, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None, None, None, None, None, None)
 
 
 def _norm_act_grads(grad, out, mean, var, weight, bias, y, eps, num_groups, activation, negative_slope, approximate,

@@ -7,7 +7,6 @@ channel, or per (sample, group)). The normalisation and an activation after it a
 the op's output and its small statistics tensors: under torch.compile Inductor fuses them with
 their consumers into one pass over the output.
 """
-import contextlib
 import math
 from typing import Optional, Tuple, Union
 
@@ -127,20 +126,21 @@ def conv_transpose2d_norm_act(
                  else (_NO_ACTIVATION, (activation, negative_slope, approximate)))
     # eager training, the batch statistics' gradient by aten's fused norm backward: the conv and
     # what follows it as one autograd node (the conv op then runs without its own formula)
-    one_node = (batch_stats and not sync and not return_conv and not _needs_pre_activation(*pre[:2])
+    one_node = (batch_stats and not sync and not return_conv and (saves_conv or not _needs_pre_activation(*pre[:2]))
                 and _eager(input) and not torch.is_autocast_enabled(input.device.type)
                 and _norm_act_backward.takes(input, weight, bias, norm_weight, norm_bias))
-    if saves_conv:
+    if one_node:
+        conv, out, mean, var = _conv_and_stats_without_grad(input, weight, bias, conv_args, pre, stats, groups_n)
+    elif saves_conv:
         out = _activation_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate)
     else:
-        with torch.no_grad() if one_node else contextlib.nullcontext():
-            out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, pre[0], float(negative_slope), approximate,
-                                        stats, groups_n)
+        out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, pre[0], float(negative_slope), approximate,
+                                    stats, groups_n)
     out_dtype = _autocast.group_norm_dtype(out) if norm == "group_norm" else out.dtype
     # eager training: aten's fused norm backward, the batch statistics' part included
     fused_backward = one_node or (_eager(out) and out_dtype == out.dtype and batch_stats and not sync
                                   and _norm_act_backward.takes(out, norm_weight, norm_bias))
-    if saves_conv:
+    if saves_conv and not one_node:
         mean, var = _statistics(out, stats, groups_n, differentiable=not fused_backward)
     if norm == "none":
         y = out if act_first else activation_fn(activation, negative_slope, approximate)(out)
@@ -156,8 +156,8 @@ def conv_transpose2d_norm_act(
         mean, var = running_mean, running_var
     num_groups_arg = groups_n if stats == "group" else 0
     if one_node:
-        y = _norm_act_backward.ConvNormActOfBatchStats.apply(input, weight, bias, norm_weight, norm_bias, out, mean,
-                                                             var, conv_args, pre, eps, num_groups_arg, *post)
+        y = _norm_act_backward.ConvNormActOfBatchStats.apply(input, weight, bias, norm_weight, norm_bias, conv, out,
+                                                             mean, var, conv_args, pre, eps, num_groups_arg, *post)
     elif fused_backward:
         y = _norm_act_backward.NormActOfBatchStats.apply(out, mean.detach(), var.detach(), norm_weight, norm_bias,
                                                          eps, num_groups_arg, *post)
@@ -219,6 +219,20 @@ def _activation_saving_conv(input, weight, bias, conv_args, activation, negative
     (and under torch.compile Inductor fuses the activation with the statistics: _statistics)."""
     conv, _, _ = _ACT_STATS(input, weight, bias, *conv_args, *_NO_ACTIVATION, "none", 1)
     return activation_fn(activation, negative_slope, approximate)(conv)
+
+
+def _conv_and_stats_without_grad(input: Tensor, weight: Tensor, bias: Optional[Tensor], conv_args, pre, stats: str,
+                                 num_groups: int) -> Tuple[Optional[Tensor], Tensor, Tensor, Tensor]:
+    """(conv, out, mean, var) for ConvNormActOfBatchStats, no gradient recorded: out = pre(conv) and
+    its statistics; conv (else None) where pre's backward needs its input, the activation then a
+    torch op on the op's plain conv."""
+    with torch.no_grad():
+        if not _needs_pre_activation(*pre[:2]):
+            return (None, *_ACT_STATS(input, weight, bias, *conv_args, pre[0], float(pre[1]), pre[2], stats,
+                                      num_groups))
+        conv, _, _ = _ACT_STATS(input, weight, bias, *conv_args, *_NO_ACTIVATION, "none", 1)
+        out = activation_fn(*pre)(conv)
+        return (conv, out, *_statistics(out, stats, num_groups, differentiable=False))
 
 
 def _statistics(out: Tensor, stats: str, num_groups: int, differentiable: bool) -> Tuple[Tensor, Tensor]:
