@@ -23,7 +23,8 @@ step() {  # step NAME COMMAND...: runs it, logs to $OUT/NAME.log, records pass /
   if "$@" >"$OUT/$name.log" 2>&1; then summary+=("| $name | ok | $((SECONDS - t0)) s | $(tail -n 1 "$OUT/$name.log") |")
   else summary+=("| $name | FAILED | $((SECONDS - t0)) s | $(tail -n 1 "$OUT/$name.log") |"); fi
 }
-# pure-Python test deps missing on the GPU image (expecttest) travel as wheels in .whl/
+# pure-Python test deps missing on the GPU image travel as wheels in .whl/ (expecttest: without it the two
+# graph-text tests of test_compile.py skip)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/myops_site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/myops_site
 fi
