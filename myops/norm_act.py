@@ -7,6 +7,7 @@ channel, or per (sample, group)). The normalisation and an activation after it a
 the op's output and its small statistics tensors: under torch.compile Inductor fuses them with
 their consumers into one pass over the output.
 """
+import contextlib
 import math
 from typing import Optional, Tuple, Union
 
@@ -129,18 +130,19 @@ def conv_transpose2d_norm_act(
     one_node = (batch_stats and not sync and not return_conv and (saves_conv or not _needs_pre_activation(*pre[:2]))
                 and _eager(input) and not torch.is_autocast_enabled(input.device.type)
                 and _norm_act_backward.takes(input, weight, bias, norm_weight, norm_bias))
-    if one_node:
-        conv, out, mean, var = _conv_and_stats_without_grad(input, weight, bias, conv_args, pre, stats, groups_n)
-    elif saves_conv:
-        out = _activation_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate)
-    else:
-        out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, pre[0], float(negative_slope), approximate,
-                                    stats, groups_n)
+    conv = None  # (kept for the one node where pre's backward needs its input: then saves_conv)
+    with torch.no_grad() if one_node else contextlib.nullcontext():
+        if saves_conv:
+            conv, out = _activation_saving_conv(input, weight, bias, conv_args, *pre)
+        else:
+            # (the call's own slope and approximation even where pre is none: the op checks them)
+            out, mean, var = _ACT_STATS(input, weight, bias, *conv_args, pre[0], float(negative_slope), approximate,
+                                        stats, groups_n)
     out_dtype = _autocast.group_norm_dtype(out) if norm == "group_norm" else out.dtype
     # eager training: aten's fused norm backward, the batch statistics' part included
     fused_backward = one_node or (_eager(out) and out_dtype == out.dtype and batch_stats and not sync
                                   and _norm_act_backward.takes(out, norm_weight, norm_bias))
-    if saves_conv and not one_node:
+    if saves_conv:
         mean, var = _statistics(out, stats, groups_n, differentiable=not fused_backward)
     if norm == "none":
         y = out if act_first else activation_fn(activation, negative_slope, approximate)(out)
@@ -214,25 +216,13 @@ def _saves_conv(activation: str, negative_slope: float, *tensors: Optional[Tenso
             and any(t is not None and t.requires_grad for t in tensors) and not backends.get_option("recompute_conv"))
 
 
-def _activation_saving_conv(input, weight, bias, conv_args, activation, negative_slope, approximate) -> Tensor:
-    """activation(conv) as a torch op on the op's plain conv: autograd then saves the conv output
-    (and under torch.compile Inductor fuses the activation with the statistics: _statistics)."""
+def _activation_saving_conv(input, weight, bias, conv_args, activation, negative_slope,
+                            approximate) -> Tuple[Tensor, Tensor]:
+    """(conv, activation(conv)), the activation a torch op on the op's plain conv: autograd then
+    saves the conv output (and under torch.compile Inductor fuses the activation with the
+    statistics: _statistics)."""
     conv, _, _ = _ACT_STATS(input, weight, bias, *conv_args, *_NO_ACTIVATION, "none", 1)
-    return activation_fn(activation, negative_slope, approximate)(conv)
-
-
-def _conv_and_stats_without_grad(input: Tensor, weight: Tensor, bias: Optional[Tensor], conv_args, pre, stats: str,
-                                 num_groups: int) -> Tuple[Optional[Tensor], Tensor, Tensor, Tensor]:
-    """(conv, out, mean, var) for ConvNormActOfBatchStats, no gradient recorded: out = pre(conv) and
-    its statistics; conv (else None) where pre's backward needs its input, the activation then a
-    torch op on the op's plain conv."""
-    with torch.no_grad():
-        if not _needs_pre_activation(*pre[:2]):
-            return (None, *_ACT_STATS(input, weight, bias, *conv_args, pre[0], float(pre[1]), pre[2], stats,
-                                      num_groups))
-        conv, _, _ = _ACT_STATS(input, weight, bias, *conv_args, *_NO_ACTIVATION, "none", 1)
-        out = activation_fn(*pre)(conv)
-        return (conv, out, *_statistics(out, stats, num_groups, differentiable=False))
+    return conv, activation_fn(activation, negative_slope, approximate)(conv)
 
 
 def _statistics(out: Tensor, stats: str, num_groups: int, differentiable: bool) -> Tuple[Tensor, Tensor]:

@@ -153,8 +153,8 @@ def _norm_act(n, c_in, c_out, hw, norm, act, device, dtype, length=None, **conv_
     x = torch.rand(n, c_in, *size, device=device, dtype=dtype)
     with torch.no_grad():
         out_numel = conv(x[:1]).numel() * n
-    fused_cls = myops.nn.ConvTranspose2dNormAct if length is None else myops.nn.ConvTranspose1dNormAct
-    fused = fused_cls.from_modules(conv, *[m for m in (norm, act) if not isinstance(m, nn.Identity)])
+    fused = myops.nn._FUSED_BY_DIMS[1 if length is not None else 2].from_modules(
+        conv, *[m for m in (norm, act) if not isinstance(m, nn.Identity)])
     return Case(block, x, None, _conv_flops(x, conv), (x.numel() + out_numel) * x.element_size(), chain=True,
                 fused_module=fused)
 
