@@ -409,6 +409,15 @@ def test_eager_training_chain_is_one_autograd_node(activation, order, recompute,
         assert {type(f).__name__ for f, _ in y.grad_fn.next_functions if f is not None} == {"AccumulateGrad"}
 
 
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_bad_approximate_is_the_conv_ops_error_with_or_without_a_gradient(requires_grad):
+    # the eager training path (one autograd node) checks the call's arguments where inference does
+    x = torch.randn(2, 4, 5, 5, requires_grad=requires_grad)
+    with pytest.raises(RuntimeError, match="myops::conv_transpose2d_act_stats: argument 'approximate'"):
+        myops.conv_transpose2d_norm_act(x, torch.randn(4, 6, 3, 3), None, 2, 1, norm="batch_norm", activation="gelu",
+                                        approximate="fast")
+
+
 @pytest.mark.parametrize("norm,kw", [("batch_norm", {}), ("group_norm", dict(num_groups=3)), ("instance_norm", {})])
 def test_eager_training_bias_without_weight(norm, kw):
     # a norm bias without a weight (F.group_norm's own backward cannot take that one): its gradient
