@@ -258,7 +258,7 @@ def _candidate(chain: Chain, conv: List[Any], kwargs: Dict[str, Any]) -> fm.Cand
         return y if chain.order == "act_norm" else act(y)
 
     return fm.Candidate(chain.kind, [*conv[:3], *(kwargs.get(k) for k in names)], fused, reference,
-                        fm._hashable((conv_scalars, scalars)))
+                        fm._hashable((conv_scalars, scalars)), chain.end)
 
 
 # Kinds with a matcher of their own (_fx_match), which has already taken or declined them

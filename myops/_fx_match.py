@@ -82,6 +82,7 @@ class Candidate:
     fused: Callable[..., Any]
     reference: Callable[..., Any]
     scalars: Tuple[Any, ...] = ()  # every non-tensor argument: with the tensors' metadata, a cache key
+    output: Optional[fx.Node] = None  # the chain's last node: whether autograd records it says training
 
 
 Accept = Optional[Callable[[Candidate], bool]]
@@ -211,7 +212,7 @@ def _replace(graph: fx.Graph, out_node: fx.Node, chain: List[fx.Node], target, a
             graph.erase_node(dead)
 
 
-def _batch_norm_candidate(conv, kwargs) -> Candidate:
+def _batch_norm_candidate(conv, kwargs, output: fx.Node) -> Candidate:
     """The BatchNorm chain's candidate; kwargs: the replacement's (fused_api's) keyword arguments."""
     conv_scalars = conv[3:]
     names = ("running_mean", "running_var", "bn_weight", "bn_bias", "gn_weight", "gn_bias")  # its tensors
@@ -228,7 +229,7 @@ def _batch_norm_candidate(conv, kwargs) -> Candidate:
 
     scalars = (_hashable(conv_scalars), _hashable({k: v for k, v in kwargs.items() if k not in names}))
     return Candidate("conv_transpose2d_batch_norm_tanh_max_pool2d_group_norm",
-                     [*conv[:3], *(kwargs[k] for k in names)], fused, reference, scalars)
+                     [*conv[:3], *(kwargs[k] for k in names)], fused, reference, scalars, output)
 
 
 _DEVICES_WARNED: set = set()
@@ -296,7 +297,7 @@ def _rewrite_batch_norm_chains(graph: fx.Graph, devices: Optional[Tuple[str, ...
                       bn_eps=float(bn["eps"]), kernel_size=kernel, pool_stride=stride, pool_padding=padding,
                       pool_dilation=dilation, num_groups=gn["num_groups"], gn_weight=gn["weight"],
                       gn_bias=gn["bias"], gn_eps=float(gn["eps"]))
-        if accept is not None and not accept(_batch_norm_candidate(conv, kwargs)):
+        if accept is not None and not accept(_batch_norm_candidate(conv, kwargs, out_node)):
             continue
         _replace(graph, out_node, [node, pool_node, tanh_node, bn_node, conv_node], fused_api, conv, kwargs)
         count += 1
@@ -312,7 +313,7 @@ def _feeds_only_pointwise(node: fx.Node) -> bool:
     return bool(node.users) and all(pointwise(u) for u in node.users)
 
 
-def _gelu_candidate(conv, approximate, gn) -> Candidate:
+def _gelu_candidate(conv, approximate, gn, output: fx.Node) -> Candidate:
     # (where the pass emits the statistics op and leaves the normalisation to Inductor, the fused
     # op stands for that pair: the same kernels, with the normalise pass of its own)
     conv_scalars, num_groups, eps = conv[3:], gn["num_groups"], float(gn["eps"])
@@ -326,14 +327,14 @@ def _gelu_candidate(conv, approximate, gn) -> Candidate:
         return F.group_norm(y, num_groups, gw, gb, eps)
 
     return Candidate("conv_transpose2d_gelu_group_norm", [conv[0], conv[1], conv[2], gn["weight"], gn["bias"]],
-                     fused, reference, _hashable((conv_scalars, approximate, num_groups, eps)))
+                     fused, reference, _hashable((conv_scalars, approximate, num_groups, eps)), output)
 
 
-def _conv_candidate(conv, op, reference) -> Candidate:
+def _conv_candidate(conv, op, reference, output: fx.Node) -> Candidate:
     """A standalone conv for the measured selection: op (myops') against reference (torch's)."""
     conv_scalars = conv[3:]
     return Candidate(op._schema.name.split("::")[1], conv[:3], lambda x, w, b: op(x, w, b, *conv_scalars),
-                     lambda x, w, b: reference(x, w, b, *conv_scalars), _hashable(conv_scalars))
+                     lambda x, w, b: reference(x, w, b, *conv_scalars), _hashable(conv_scalars), output)
 
 
 def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Optional[Tuple[str, ...]],
@@ -355,7 +356,7 @@ def _rewrite_gelu_chains(graph: fx.Graph, split_normalize: bool, devices: Option
             continue
         if not isinstance(gn["num_groups"], int) or not isinstance(gn["eps"], (int, float)):
             continue
-        if accept is not None and not accept(_gelu_candidate(conv, gelu["approximate"], gn)):
+        if accept is not None and not accept(_gelu_candidate(conv, gelu["approximate"], gn, out_node)):
             continue
         chain = [node, gelu_node, conv_node]
         # GroupNorm parameters of another dtype than the conv output (float32 norms in a 16-bit
@@ -457,7 +458,7 @@ def route_standalone_convs(graph: fx.Graph, standalone_conv: StandaloneConv, dev
                 reason = ("conv_transpose2d=False" if not standalone_conv else
                           f"conv_transpose2d=\"auto\" routes every conv on {'/'.join(ROUTED_DEVICES)} and, "
                           "elsewhere, image heads after a rewritten chain")
-            elif accept is not None and not accept(_conv_candidate(conv, op, reference)):
+            elif accept is not None and not accept(_conv_candidate(conv, op, reference, node)):
                 reason = "measured slower"
             if reason is not None:
                 log.info("myops.compile: standalone %s left to Inductor: %s", kind, reason)

@@ -3,7 +3,7 @@ rewritten only where the fused op, timed at compile time on random tensors with 
 strides, dtype and device, beats the chain as Inductor compiles it without the rewrite."""
 import functools
 import logging
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch._inductor
@@ -22,28 +22,64 @@ def _random_like(meta: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=meta.device).uniform_(0.5, 1.5)
 
 
-def chain_times(candidate: Candidate, tensors, device: str) -> Tuple[float, float]:
+def chain_times(candidate: Candidate, tensors, device: str, trained: Tuple[int, ...] = ()) -> Tuple[float, float]:
     """Median ms of the fused op and of the chain, each as a compiled graph runs it: the fused op
     in its traced form and the chain as the rewrite would otherwise leave it, compiled by Inductor
     (their own graphs, without the pass), on the same tensors. The chain's time is the faster of
     its conv's input and weight as given and channels-last: in a model's graph Inductor lays
     convolutions out channels-last where that pays, the layout copies at the graph's edges, so the
-    rewrite must beat that form too. Where Inductor cannot compile them, both run eagerly."""
+    rewrite must beat that form too. With trained (the indices of the tensors that get gradients),
+    each times a training step: the forward and the backward to those tensors. Where Inductor
+    cannot compile them, both run eagerly."""
     forms = {"as_given": list(tensors)}
     if tensors[0].dim() == 4:
         forms["channels_last"] = [t.contiguous(memory_format=torch.channels_last) for t in tensors[:2]] + list(
             tensors[2:])
+    calls = {"fused": _timed_call(candidate.fused, tensors, trained),
+             **{name: _timed_call(candidate.reference, ts, trained) for name, ts in forms.items()}}
     try:
-        fns = {"fused": functools.partial(_inductor_compiled(candidate.fused, tensors), *tensors),
-               **{f"inductor_{name}": functools.partial(_inductor_compiled(candidate.reference, ts), *ts)
-                  for name, ts in forms.items()}}
+        fns = {label: functools.partial(_inductor_compiled(fn, args), *args) for label, (fn, args) in calls.items()}
     except Exception as e:  # noqa: BLE001 - eager calls stand in
         log.warning("myops.compile: %s: Inductor could not compile the candidates to time them (%s: %s); timed "
                     "in eager mode instead", candidate.pattern, type(e).__name__, e)
-        fns = {"fused": functools.partial(candidate.fused, *tensors),
-               **{f"eager_{name}": functools.partial(candidate.reference, *ts) for name, ts in forms.items()}}
+        fns = {label: functools.partial(fn, *args) for label, (fn, args) in calls.items()}
     times = median_ms_each(fns, device, warmup=2, reps=5)
     return times.pop("fused"), min(times.values())
+
+
+def _timed_call(fn, tensors, trained: Tuple[int, ...]):
+    """(function, arguments) to time for fn on tensors: fn itself, or with trained its training
+    step, whose further arguments are random gradients of its outputs."""
+    if not trained:
+        return fn, list(tensors)
+    step = _training_step(fn, len(tensors), trained)
+    with torch.enable_grad():
+        leaves = list(tensors)
+        for i in trained:
+            leaves[i] = tensors[i].detach().requires_grad_()
+        grads = [torch.randn_like(out) for out in _recorded(fn(*leaves))]
+    return step, [*tensors, *grads]
+
+
+def _recorded(out) -> List[torch.Tensor]:
+    """The tensors of an output (a tensor or a tuple of them) that autograd records."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [t for t in outs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+
+
+def _training_step(fn, n: int, trained: Tuple[int, ...]) -> Callable[..., Tuple[torch.Tensor, ...]]:
+    """fn's training step as one function of its n tensors and its outputs' gradients: the forward,
+    then the backward to the tensors at trained; it returns their gradients (traced by make_fx,
+    both directions are one graph: nothing is compiled lazily at the first backward)."""
+    def step(*args):
+        tensors, output_grads = list(args[:n]), args[n:]
+        with torch.enable_grad():
+            leaves = [tensors[i].detach().requires_grad_() for i in trained]
+            for i, leaf in zip(trained, leaves):
+                tensors[i] = leaf
+            grads = torch.autograd.grad(_recorded(fn(*tensors)), leaves, output_grads, allow_unused=True)
+        return tuple(g for g in grads if g is not None)
+    return step
 
 
 def _inductor_compiled(fn, tensors) -> Callable[..., object]:
@@ -93,32 +129,42 @@ def faster_than_inductor(candidate: Candidate) -> bool:
         log.info("myops.compile: %s not measured (%s)", candidate.pattern,
                  "dynamic shapes" if not static else f"device {device}")
         return True
-    key = (candidate.pattern, candidate.scalars,
+    trained = _trained(candidate, metas)
+    key = (candidate.pattern, candidate.scalars, trained,
            tuple(None if m is None else (tuple(m.shape), m.stride(), m.dtype, str(m.device)) for m in metas))
     if key in decisions:
         log.info("myops.compile: %s %s (measured earlier in this process)", candidate.pattern,
                  "rewritten" if decisions[key] else "left to Inductor")
         return decisions[key]
-    keep = _timed_decision(candidate, metas, present, device)
+    keep = _timed_decision(candidate, metas, present, device, trained)
     if keep is None:  # not measured (not remembered: the failure may be transient)
         return True
     decisions[key] = keep
     return keep
 
 
-def _timed_decision(candidate: Candidate, metas, present, device: str) -> Optional[bool]:
+def _trained(candidate: Candidate, metas) -> Tuple[int, ...]:
+    """The indices of the chain's tensors that get gradients where autograd records the chain (a
+    training graph), else none: a training graph is decided on its training step's time."""
+    out = tensor_meta(candidate.output) if candidate.output is not None else None
+    if out is None or not out.requires_grad:
+        return ()
+    return tuple(i for i, m in enumerate(metas) if m is not None and m.requires_grad)
+
+
+def _timed_decision(candidate: Candidate, metas, present, device: str, trained: Tuple[int, ...]) -> Optional[bool]:
     """The timed comparison, logged; None where it could not run."""
     try:
         # the pass runs while Inductor's fake-tensor mode may be active: real tensors, real kernels
         with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.no_grad():
             tensors = [None if m is None else _random_like(m) for m in metas]
-            fused_ms, chain_ms = chain_times(candidate, tensors, device)
+            fused_ms, chain_ms = chain_times(candidate, tensors, device, trained)
     except Exception as e:  # noqa: BLE001 - a failed measurement leaves the default decision
         log.warning("myops.compile: %s could not be measured (%s: %s); rewritten", candidate.pattern,
                     type(e).__name__, e)
         return None
     keep = fused_ms <= chain_ms
-    log.info("myops.compile: %s %s (fused %.3f ms, the chain %.3f ms in its faster layout, %s)",
-             candidate.pattern, "rewritten" if keep else "left to Inductor", fused_ms, chain_ms,
-             list(present[0].shape))
+    log.info("myops.compile: %s %s (%s: fused %.3f ms, the chain %.3f ms in its faster layout, %s)",
+             candidate.pattern, "rewritten" if keep else "left to Inductor",
+             "training step" if trained else "forward", fused_ms, chain_ms, list(present[0].shape))
     return keep

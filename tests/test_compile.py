@@ -566,8 +566,8 @@ def test_measured_selection_follows_the_timings(case, fused_faster, monkeypatch)
     x = torch.randn(shape)
     seen = []
 
-    def fake_times(candidate, tensors, device):
-        assert device == "cpu" and candidate.pattern == pattern
+    def fake_times(candidate, tensors, device, trained):
+        assert device == "cpu" and candidate.pattern == pattern and trained == ()  # no gradient recorded
         assert all(t is None or (isinstance(t, torch.Tensor) and not isinstance(t, torch._subclasses.FakeTensor))
                    for t in tensors)
         _close(candidate.fused(*tensors), candidate.reference(*tensors), 1e-4)
@@ -611,6 +611,55 @@ def test_measured_reference_takes_its_faster_layout(monkeypatch):
     layouts.clear()
     assert myops._measure.chain_times(candidate, [x, w, None], "cpu") == (3.0, 1.0)
     assert layouts == [False, True]
+
+
+@pytest.mark.parametrize("case", ["gelu chain", "bn chain, train", "family chain", "standalone conv"])
+def test_measured_training_graph_is_decided_on_a_training_step(case, monkeypatch):
+    # where autograd records the chain, the tensors that get gradients are timed as a training
+    # step; the same model under no_grad, as a forward
+    make, pattern, options, shape = MEASURED_MODELS[case]
+    seen = []
+
+    def fake_times(candidate, tensors, device, trained):
+        seen.append(trained)
+        return 1.0, 2.0
+    monkeypatch.setattr(myops._measure, "chain_times", fake_times)
+    mc.enable(devices=None, measure=True, **options)
+    model = make()
+    with no_cache():
+        torch.compile(model, fullgraph=True)(torch.randn(shape)).sum().backward()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(model, fullgraph=True)(torch.randn(shape))
+    parameters = {"gelu chain": (1, 2, 3, 4), "bn chain, train": (1, 2, 5, 6, 7, 8), "family chain": (1, 2, 3, 4),
+                  "standalone conv": (1, 2)}[case]  # the input has no gradient; running statistics neither
+    assert seen == [parameters, ()]
+
+
+def test_measured_training_step_is_forward_and_backward_as_one_graph():
+    # the step timed for a training graph: the gradients autograd gives, from one compiled graph
+    # (the chain's and the fused op's: no backward compiled lazily inside the running compilation)
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 4, 7, 6), torch.randn(4, 6, 3, 3), None
+    nw, nb = torch.rand(6) + 0.5, torch.randn(6)
+    chain = lambda x, w, b, nw, nb: torch.relu(F.batch_norm(F.conv_transpose2d(x, w, b, 2), None, None, nw, nb,
+                                                             training=True))
+    fused = lambda x, w, b, nw, nb: myops.conv_transpose2d_norm_act(x, w, b, 2, norm="batch_norm", norm_weight=nw,
+                                                                    norm_bias=nb, activation="relu")
+    tensors, trained = [x, w, b, nw, nb], (0, 1, 3, 4)
+    leaves = [t.detach().requires_grad_() for t in (x, w, nw, nb)]
+    out = chain(leaves[0], leaves[1], None, *leaves[2:])
+    grad_out = torch.randn_like(out)
+    expected = torch.autograd.grad(out, leaves, grad_out)
+    mc.enable(devices=None)
+    for fn in (chain, fused):
+        step, args = myops._measure._timed_call(fn, tensors, trained)
+        assert len(args) == 6 and args[5].shape == out.shape
+        args[5] = grad_out
+        with torch.no_grad():
+            for grads in (step(*args), myops._measure._inductor_compiled(step, args)(*args)):
+                for g, e in zip(grads, expected, strict=True):
+                    _close(g, e, 1e-4)
 
 
 def test_measured_chain_is_inductors_own_compilation():
