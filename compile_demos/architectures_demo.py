@@ -31,7 +31,7 @@ def main():
         print(f"\n== {name}: input {tuple(x.shape)} {args.dtype} on {args.device}, training mode")
         compare(model, x, args.device, args.reps, measure=args.measure, profile=args.profile, options=options)
         if not args.skip_training:
-            compare_training(model, x, args.device, args.reps, options=options)
+            compare_training(model, x, args.device, args.reps, measure=args.measure, options=options)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def _nonzero(counts):
     return {k: v for k, v in counts.items() if v}
 
 
-def compare_training(model, x, device, reps=None, options=None):
+def compare_training(model, x, device, reps=None, measure=False, options=None):
     """Median time of a training step (forward, a mean-square loss, backward; gradients reset each
     step) under plain torch.compile and under torch.compile + myops, timed in alternating rounds."""
     reps = reps or (50 if device == "cuda" else 3)
@@ -88,10 +88,12 @@ def compare_training(model, x, device, reps=None, options=None):
     plain = torch.compile(plain_forward, fullgraph=True)
     step(plain)()
     mc.reset_stats()
-    mc.enable(devices=(device,), **(options or {}))
+    mc.enable(devices=(device,), measure=measure, **(options or {}))
     try:
         fused = torch.compile(myops_forward, fullgraph=True)
-        step(fused)()
+        with torch._inductor.config.patch(fx_graph_cache=False), \
+                torch._functorch.config.patch(enable_autograd_cache=False):
+            step(fused)()
     finally:
         mc.disable()
     print(f"training step: myops rewrote {_nonzero(mc.stats())}")
