@@ -68,7 +68,7 @@ step train_fp32 python3 -m myops.bench --train --dtype float32 --workloads "$FAM
 step train_bf16 python3 -m myops.bench --train --dtype bfloat16 --workloads "$FAMILY,L2_19,L2_11"
 # eager training through the modules, and the same with aten_training=always (ATen's ops and fused
 # norm backward on CUDA too; 'auto' keeps them on the CPU until these steps pass on a GPU)
-step pytest_aten_training python3 -m pytest tests -q -p no:cacheprovider --myops-cuda-only \
+step pytest_aten_training python3 -m pytest tests -q -p no:cacheprovider -rf "${workers[@]}" --myops-cuda-only \
   --myops-option aten_training=always -k "norm_act or bn_chain or test_nn or gradients or errors or gelu_group_norm"
 step train_eager_fp32 python3 -m myops.bench --train --eager --dtype float32 --workloads "$FAMILY,L2_19,L2_11"
 step train_eager_fp32_aten python3 -m myops.bench --train --eager --dtype float32 --workloads "$FAMILY,L2_19,L2_11" \
