@@ -110,8 +110,16 @@ def _norm_act_grads(grad, out, mean, var, weight, bias, y, eps, num_groups, acti
     g_z = _activation_backward(grad, y, z, activation, negative_slope, approximate)
     rstd = (var + eps).rsqrt()
     if num_groups == 0:
-        return torch.ops.aten.native_batch_norm_backward(g_z, out, weight, None, None, mean, rstd, True, eps, needs)
+        return _batch_norm_grads(g_z, out, weight, mean, rstd, eps, needs)
     return _group_norm_grads_of_stats(g_z, out, mean, rstd, weight, num_groups, needs)
+
+
+def _batch_norm_grads(grad, out, weight, mean, rstd, eps, needs):
+    """aten's fused BatchNorm backward with batch statistics: (g_out, g_weight, g_bias), None where
+    needs leaves one out (CUDA's kernel returns the parameters' gradients regardless of the mask,
+    which autograd rejects for a parameter that is None)."""
+    grads = torch.ops.aten.native_batch_norm_backward(grad, out, weight, None, None, mean, rstd, True, eps, needs)
+    return tuple(g if need else None for g, need in zip(grads, needs))
 
 
 def _norm_act_chain(eps, num_groups, activation, negative_slope, approximate):
@@ -166,9 +174,8 @@ class BatchNormChainOfBatchStats(torch.autograd.Function):
         g_x = g_bn_w = g_bn_b = None
         if any(wanted[:3]):
             g_act = torch.ops.aten.max_pool2d_with_indices_backward(g_pooled, act, *pool_args, False, indices)
-            g_x, g_bn_w, g_bn_b = torch.ops.aten.native_batch_norm_backward(
-                torch.ops.aten.tanh_backward(g_act, act), out, bn_weight, None, None, mean, (var + bn_eps).rsqrt(),
-                True, bn_eps, wanted[:3])
+            g_x, g_bn_w, g_bn_b = _batch_norm_grads(torch.ops.aten.tanh_backward(g_act, act), out, bn_weight, mean,
+                                                    (var + bn_eps).rsqrt(), bn_eps, wanted[:3])
         return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
 
 
