@@ -61,27 +61,45 @@ class ConvNormActOfBatchStats(torch.autograd.Function):
     an activation or none; conv given where pre's backward needs its input, else None). Backward
     runs the norm's as NormActOfBatchStats does, then pre's and aten's convolution_backward: the
     conv op's own autograd formula, a node of its own, costs more host time than a small layer's
-    kernels."""
+    kernels. conv and out are released as soon as backward has used them, so that its peak holds
+    no more output-sized tensors than eager PyTorch's chain of nodes; a second backward through a
+    retained graph recomputes them."""
 
     @staticmethod
     def forward(ctx, input, conv_weight, conv_bias, weight, bias, conv, out, mean, var, conv_args, pre, eps,
                 num_groups, activation, negative_slope, approximate):
         from .norm_act import normalize_one_pass
         y = normalize_one_pass(out, mean, var, eps, weight, bias, activation, negative_slope, approximate)
-        ctx.save_for_backward(input, conv_weight, conv_bias, weight, bias, conv, out, mean, var, y)
+        ctx.save_for_backward(input, conv_weight, conv_bias, weight, bias, mean, var, y)
+        # (made here without a gradient, not inputs anyone else holds: kept on ctx, which backward
+        # can drop, rather than saved, which lives until the node is freed)
+        ctx.intermediates = [conv, out]
         ctx.conv = (conv_args, pre)
         ctx.args = (eps, num_groups, activation, negative_slope, approximate)
         return y
 
     @staticmethod
+    def _take_intermediates(ctx, input, conv_weight, conv_bias):
+        """(conv, out), released from ctx; recomputed where a backward already released them."""
+        if ctx.intermediates is not None:
+            conv, out = ctx.intermediates
+            ctx.intermediates = None
+            return conv, out
+        from .norm_act import activation_fn
+        conv_args, pre = ctx.conv
+        conv = F.conv_transpose2d(input, conv_weight, conv_bias, *conv_args)
+        return conv, activation_fn(*pre)(conv)
+
+    @staticmethod
     def backward(ctx, grad):
-        input, conv_weight, conv_bias, weight, bias, conv, out, mean, var, y = ctx.saved_tensors
+        input, conv_weight, conv_bias, weight, bias, mean, var, y = ctx.saved_tensors
         conv_args, pre = ctx.conv
         needs = ctx.needs_input_grad
         wanted = [needs[0], needs[1], needs[2] and conv_bias is not None, needs[3] and weight is not None,
                   needs[4] and bias is not None]
         if torch.is_grad_enabled():  # double backward: torch ops, differentiable
             from .norm_act import activation_fn
+            ctx.intermediates = None
             norm_act = _norm_act_chain(*ctx.args)
 
             def chain(input, conv_weight, conv_bias, weight, bias):
@@ -89,11 +107,17 @@ class ConvNormActOfBatchStats(torch.autograd.Function):
                                 weight, bias)
             grads = _grads_of(chain, (input, conv_weight, conv_bias, weight, bias), grad, wanted)
         else:
+            conv, out = ConvNormActOfBatchStats._take_intermediates(ctx, input, conv_weight, conv_bias)
             g_out, gw, gb = _norm_act_grads(grad, out, mean, var, weight, bias, y, *ctx.args,
                                             [any(wanted[:3]), wanted[3], wanted[4]])
+            if _needs_pre_activation(*pre[:2]):  # pre's backward reads its input, not out
+                out = None
+            else:
+                conv = None
+            g_conv = _activation_backward(g_out, out, conv, *pre) if any(wanted[:3]) else None
+            del g_out, out, conv  # before the conv's gradients, as eager PyTorch has freed them by then
             gi = g_cw = g_cb = None
-            if any(wanted[:3]):
-                g_conv = _activation_backward(g_out, out, conv, *pre)
+            if g_conv is not None:
                 gi, g_cw, g_cb = _conv_grads(g_conv, input, conv_weight, None if conv_bias is None else
                                              conv_bias.shape[0], conv_args, wanted[:3])
             grads = (gi, g_cw, g_cb, gw, gb)
@@ -138,30 +162,38 @@ class BatchNormChainOfBatchStats(torch.autograd.Function):
     own per-channel batch statistics mean / var, as aten's ops, keeping what their backward needs
     (as eager PyTorch does: the tail op keeps no intermediate, so its backward recomputes the
     pooling); backward is aten's group-norm, max-pool, tanh and fused BatchNorm backward, the
-    statistics' dependence on out included. A backward that is itself differentiated recomputes
-    the chain with torch ops instead."""
+    statistics' dependence on out included. Its intermediates (the tanh output, the pooled tensor
+    and its indices) leave the node as backward uses them, as eager PyTorch's nodes free theirs; a
+    second backward through a retained graph recomputes them. A backward that is itself
+    differentiated recomputes the chain with torch ops instead."""
 
     @staticmethod
     def forward(ctx, out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, bn_eps, pool_args, num_groups, gn_eps):
-        act = torch.tanh(F.batch_norm(out, mean, var, bn_weight, bn_bias, False, 0.0, bn_eps))
-        pooled, indices = torch.ops.aten.max_pool2d_with_indices(act, *pool_args)
-        pooled = pooled.contiguous(memory_format=_group_norm_layout(pooled))  # aten's kernel asks it
+        act, pooled, indices = BatchNormChainOfBatchStats._tail_inputs(out, mean, var, bn_weight, bn_bias, bn_eps,
+                                                                       pool_args)
         n, c = pooled.shape[0], pooled.shape[1]
         y, gn_mean, gn_rstd = torch.ops.aten.native_group_norm(pooled, gn_weight, gn_bias, n, c, pooled[0, 0].numel(),
                                                                num_groups, gn_eps)
-        ctx.save_for_backward(out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, act, pooled, indices, gn_mean,
-                              gn_rstd)
+        ctx.save_for_backward(out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, gn_mean, gn_rstd)
+        ctx.intermediates = [act, pooled, indices]  # made here: on ctx, which backward can drop
         ctx.args = (bn_eps, pool_args, num_groups, gn_eps)
         return y
 
     @staticmethod
+    def _tail_inputs(out, mean, var, bn_weight, bn_bias, bn_eps, pool_args):
+        """The tanh output, and the pooled tensor (in _group_norm_layout: aten's kernel asks it) and its indices."""
+        act = torch.tanh(F.batch_norm(out, mean, var, bn_weight, bn_bias, False, 0.0, bn_eps))
+        pooled, indices = torch.ops.aten.max_pool2d_with_indices(act, *pool_args)
+        return act, pooled.contiguous(memory_format=_group_norm_layout(pooled)), indices
+
+    @staticmethod
     def backward(ctx, grad):
-        (out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, act, pooled, indices, gn_mean,
-         gn_rstd) = ctx.saved_tensors
+        out, mean, var, bn_weight, bn_bias, gn_weight, gn_bias, gn_mean, gn_rstd = ctx.saved_tensors
         bn_eps, pool_args, num_groups, gn_eps = ctx.args
         needs = ctx.needs_input_grad
         wanted = [needs[0], needs[3] and bn_weight is not None, needs[4] and bn_bias is not None,
                   needs[5] and gn_weight is not None, needs[6] and gn_bias is not None]
+        intermediates, ctx.intermediates = ctx.intermediates, None
         if torch.is_grad_enabled():  # double backward: torch ops, differentiable
             def chain(out, bn_weight, bn_bias, gn_weight, gn_bias):
                 z = F.batch_norm(out, None, None, bn_weight, bn_bias, True, 0.0, bn_eps)
@@ -169,13 +201,20 @@ class BatchNormChainOfBatchStats(torch.autograd.Function):
             g_x, g_bn_w, g_bn_b, g_gn_w, g_gn_b = _grads_of(chain, (out, bn_weight, bn_bias, gn_weight, gn_bias),
                                                               grad, wanted)
             return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
+        act, pooled, indices = intermediates or BatchNormChainOfBatchStats._tail_inputs(
+            out, mean, var, bn_weight, bn_bias, bn_eps, pool_args)
+        del intermediates
         g_pooled, g_gn_w, g_gn_b = _group_norm_grads_of_stats(grad, pooled, gn_mean, gn_rstd, gn_weight, num_groups,
                                                          [any(wanted[:3]), wanted[3], wanted[4]])
+        del pooled
         g_x = g_bn_w = g_bn_b = None
         if any(wanted[:3]):
             g_act = torch.ops.aten.max_pool2d_with_indices_backward(g_pooled, act, *pool_args, False, indices)
-            g_x, g_bn_w, g_bn_b = _batch_norm_grads(torch.ops.aten.tanh_backward(g_act, act), out, bn_weight, mean,
-                                                    (var + bn_eps).rsqrt(), bn_eps, wanted[:3])
+            del g_pooled, indices
+            g_z = torch.ops.aten.tanh_backward(g_act, act)
+            del g_act, act  # (each freed once read, as eager PyTorch's nodes have freed theirs by then)
+            g_x, g_bn_w, g_bn_b = _batch_norm_grads(g_z, out, bn_weight, mean, (var + bn_eps).rsqrt(), bn_eps,
+                                                    wanted[:3])
         return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
 
 

@@ -409,6 +409,30 @@ def test_eager_training_chain_is_one_autograd_node(activation, order, recompute,
         assert {type(f).__name__ for f, _ in y.grad_fn.next_functions if f is not None} == {"AccumulateGrad"}
 
 
+@pytest.mark.parametrize("activation,order", [("relu", "norm_act"), ("gelu", "act_norm"), ("silu", "norm_act")])
+def test_one_node_backward_releases_its_intermediates_and_a_retained_graph_recomputes_them(activation, order):
+    # the conv output (and the activation's before the norm) leave the node during its backward,
+    # as eager PyTorch's nodes free theirs; backward through the retained graph again gives the same
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4, 5, 5, requires_grad=True), torch.randn(4, 6, 4, 4, requires_grad=True)
+    b, nw = torch.randn(6, requires_grad=True), (torch.rand(6) + 0.5).requires_grad_()
+    y = myops.conv_transpose2d_norm_act(x, w, b, 2, 1, norm="group_norm", num_groups=3, norm_weight=nw,
+                                        activation=activation, order=order)
+    assert type(y.grad_fn).__name__ == "ConvNormActOfBatchStatsBackward" and y.grad_fn.intermediates is not None
+    g = torch.randn_like(y)
+    first = torch.autograd.grad(y, (x, w, b, nw), g, retain_graph=True)
+    assert y.grad_fn.intermediates is None
+    second = torch.autograd.grad(y, (x, w, b, nw), g)
+    act = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[activation]
+    xr, wr, br, nwr = (t.detach().double().requires_grad_() for t in (x, w, b, nw))
+    ref = F.conv_transpose2d(xr, wr, br, 2, 1)
+    ref = F.group_norm(act(ref), 3, nwr) if order == "act_norm" else act(F.group_norm(ref, 3, nwr))
+    want = torch.autograd.grad(ref, (xr, wr, br, nwr), g.double())
+    for got in (first, second):
+        for a, e in zip(got, want, strict=True):
+            torch.testing.assert_close(a, e.float(), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_bad_approximate_is_the_conv_ops_error_with_or_without_a_gradient(requires_grad):
     # the eager training path (one autograd node) checks the call's arguments where inference does
