@@ -28,10 +28,11 @@ device.
 
 Measured selection (``enable(measure=True)``): each matched chain is timed at compile time, on
 the graph's shapes and device with random inputs: the fused op in its traced form and the chain
-without the rewrite, each compiled by Inductor as a small graph of its own (the chain's conv input
-and weight as given and channels-last, the faster counting: Inductor lays out a graph's
-convolutions channels-last where that pays, the copies at the graph's edges), and rewritten only
-where the fused op is faster. Where autograd records the chain (a training graph), each is timed
+without the rewrite, each compiled by Inductor as a small graph of its own, each with its conv's
+input and weight as given and channels-last (Inductor lays out a graph's convolutions
+channels-last where that pays, always on the CPU, so the layout the fused op receives depends on
+the graph around it), and rewritten only where the fused op in its slower layout beats the chain
+in its faster. Where autograd records the chain (a training graph), each is timed
 as a training step: its forward and its backward to the tensors that get gradients, traced as
 one graph; otherwise as a forward. Each chain kind and shape costs two or three more
 Inductor compilations (where they fail, eager calls are timed). Graphs with dynamic shapes are

@@ -582,35 +582,39 @@ def test_measured_selection_follows_the_timings(case, fused_faster, monkeypatch)
     assert mc.stats()[pattern] == int(fused_faster)
 
 
-def test_measured_reference_takes_its_faster_layout(monkeypatch):
-    # the chain as Inductor compiles it, its conv's input and weight as given or channels-last
-    # (a 4-D conv; a 1-D one as given), the faster counting; eager calls where Inductor fails
+def test_measured_fused_op_takes_its_slower_layout_and_the_chain_its_faster(monkeypatch):
+    # both as Inductor compiles them, their conv's input and weight as given and channels-last (a
+    # 4-D conv; a 1-D one as given): the fused op must win in whichever layout the graph hands it,
+    # the chain runs in the layout Inductor picks for it; eager calls where Inductor fails
     layouts = []
 
-    def reference(x, w, b):
-        layouts.append(x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
-                       and w.is_contiguous(memory_format=torch.channels_last))
-        return x.sum() if b is None else b
+    def recording(kind):
+        def fn(x, w, b):
+            layouts.append((kind, x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+                            and w.is_contiguous(memory_format=torch.channels_last)))
+            return x.sum() if b is None else b
+        return fn
 
-    candidate = myops._fx_match.Candidate("chain", [], lambda *t: None, reference)
-    times = {"fused": 3.0, "as_given": 2.0, "channels_last": 1.0}
+    candidate = myops._fx_match.Candidate("chain", [], recording("fused"), recording("chain"))
+    times = {"fused as_given": 2.5, "fused channels_last": 3.0, "chain as_given": 2.0, "chain channels_last": 1.0}
     monkeypatch.setattr(myops._measure, "median_ms_each", lambda fns, *a, **k: {
-        label: (fn(), times[label.removeprefix("inductor_").removeprefix("eager_")])[1] for label, fn in fns.items()})
+        label: (fn(), times[label])[1] for label, fn in fns.items()})
     x, w = torch.randn(2, 4, 5, 5), torch.randn(4, 6, 3, 3)
     compiled = []
     monkeypatch.setattr(myops._measure, "_inductor_compiled", lambda fn, ts: compiled.append(ts) or fn)
     assert myops._measure.chain_times(candidate, [x, w, None], "cpu") == (3.0, 1.0)
-    assert layouts == [False, True] and len(compiled) == 3  # the fused op compiled too
+    assert sorted(layouts) == [("chain", False), ("chain", True), ("fused", False), ("fused", True)]
+    assert len(compiled) == 4
     layouts.clear()
-    assert myops._measure.chain_times(candidate, [x[:, :, 0], w[:, :, 0], None], "cpu") == (3.0, 2.0)
-    assert layouts == [False] and len(compiled) == 5
+    assert myops._measure.chain_times(candidate, [x[:, :, 0], w[:, :, 0], None], "cpu") == (2.5, 2.0)
+    assert sorted(layouts) == [("chain", False), ("fused", False)] and len(compiled) == 6
 
     def fails(fn, ts):
         raise RuntimeError("no")
     monkeypatch.setattr(myops._measure, "_inductor_compiled", fails)
     layouts.clear()
     assert myops._measure.chain_times(candidate, [x, w, None], "cpu") == (3.0, 1.0)
-    assert layouts == [False, True]
+    assert len(layouts) == 4
 
 
 @pytest.mark.parametrize("case", ["gelu chain", "bn chain, train", "family chain", "standalone conv"])
