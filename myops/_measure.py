@@ -55,13 +55,18 @@ def _timed_call(fn, tensors, trained: Tuple[int, ...]):
     step, whose further arguments are random gradients of its outputs."""
     if not trained:
         return fn, list(tensors)
-    step = _training_step(fn, len(tensors), trained)
     with torch.enable_grad():
-        leaves = list(tensors)
-        for i in trained:
-            leaves[i] = tensors[i].detach().requires_grad_()
-        grads = [torch.randn_like(out) for out in _recorded(fn(*leaves))]
-    return step, [*tensors, *grads]
+        grads = [torch.randn_like(out) for out in _recorded(fn(*_with_leaves(tensors, trained)[0]))]
+    return _training_step(fn, len(tensors), trained), [*tensors, *grads]
+
+
+def _with_leaves(tensors, trained: Tuple[int, ...]):
+    """(tensors with those at trained replaced by leaves that require grad, those leaves)."""
+    tensors = list(tensors)
+    leaves = [tensors[i].detach().requires_grad_() for i in trained]
+    for i, leaf in zip(trained, leaves):
+        tensors[i] = leaf
+    return tensors, leaves
 
 
 def _recorded(out) -> List[torch.Tensor]:
@@ -75,12 +80,9 @@ def _training_step(fn, n: int, trained: Tuple[int, ...]) -> Callable[..., Tuple[
     then the backward to the tensors at trained; it returns their gradients (traced by make_fx,
     both directions are one graph: nothing is compiled lazily at the first backward)."""
     def step(*args):
-        tensors, output_grads = list(args[:n]), args[n:]
         with torch.enable_grad():
-            leaves = [tensors[i].detach().requires_grad_() for i in trained]
-            for i, leaf in zip(trained, leaves):
-                tensors[i] = leaf
-            grads = torch.autograd.grad(_recorded(fn(*tensors)), leaves, output_grads, allow_unused=True)
+            tensors, leaves = _with_leaves(args[:n], trained)
+            grads = torch.autograd.grad(_recorded(fn(*tensors)), leaves, args[n:], allow_unused=True)
         return tuple(g for g in grads if g is not None)
     return step
 
