@@ -34,8 +34,8 @@ channels-last where that pays, always on the CPU, so the layout the fused op rec
 the graph around it), and rewritten only where the fused op in its slower layout beats the chain
 in its faster. Where autograd records the chain (a training graph), each is timed
 as a training step: its forward and its backward to the tensors that get gradients, traced as
-one graph; otherwise as a forward. Each chain kind and shape costs two or three more
-Inductor compilations (where they fail, eager calls are timed). Graphs with dynamic shapes are
+one graph; otherwise as a forward. Each chain kind and shape costs four more Inductor
+compilations (two for a 1-D conv; where they fail, eager calls are timed). Graphs with dynamic shapes are
 not measured.
 """
 import contextlib
