@@ -132,6 +132,7 @@ def _norm_act_grads(grad, out, mean, var, weight, bias, y, eps, num_groups, acti
     z = (normalize_one_pass(out, mean, var, eps, weight, bias)
          if _needs_pre_activation(activation, negative_slope) else None)
     g_z = _activation_backward(grad, y, z, activation, negative_slope, approximate)
+    del z  # (the recomputed pre-activation: gone before the norm's backward allocates its gradient)
     rstd = (var + eps).rsqrt()
     if num_groups == 0:
         return _batch_norm_grads(g_z, out, weight, mean, rstd, eps, needs)
