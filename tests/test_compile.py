@@ -694,6 +694,33 @@ def test_measured_selection_times_for_real_logs_and_remembers(caplog):
     assert mc.stats()[FUSED] == 2 * int("rewritten" in decisions[0])
 
 
+@pytest.mark.parametrize("make", [lambda: nn.Sequential(nn.ConvTranspose2d(4, 6, 4, 2, 1), nn.BatchNorm2d(6), nn.ReLU()),
+                                  lambda: Block(4, 6, 3, 3)], ids=["family chain", "gelu chain"])
+def test_measured_training_graph_times_for_real(make, caplog):
+    # a training graph measured for real on the CPU: both candidates' training steps compiled by
+    # Inductor (no eager fallback), decided on them, and the step's results as eager PyTorch's
+    import copy
+    torch.manual_seed(0)
+    model = make()
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 4, 7, 6)
+    mc.enable(devices=None, measure=True)
+    with caplog.at_level(logging.INFO, logger="myops.compile"), no_cache():
+        out = torch.compile(model, fullgraph=True)(x)
+        out.square().sum().backward()
+    decisions = [r.getMessage() for r in caplog.records if "(training step: fused" in r.getMessage()]
+    assert len(decisions) == 1, [r.getMessage() for r in caplog.records]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "myops.compile"]
+    ref = eager(x)
+    ref.square().sum().backward()
+    _close(out, ref, 1e-4)
+    for p, r in zip(model.parameters(), eager.parameters(), strict=True):
+        # (a conv bias before GroupNorm: its gradient is a sum that nearly cancels, float32 rounding)
+        torch.testing.assert_close(p.grad, r.grad, atol=1e-3, rtol=1e-4)
+    for b, r in zip(model.buffers(), eager.buffers(), strict=True):
+        torch.testing.assert_close(b, r, atol=1e-5, rtol=1e-5)
+
+
 def test_measured_selection_skips_dynamic_shapes(caplog, monkeypatch):
     monkeypatch.setattr(myops._measure, "chain_times", lambda *a: pytest.fail("dynamic shapes must not be measured"))
     mc.enable(devices=None, measure=True)
