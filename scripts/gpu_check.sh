@@ -74,6 +74,8 @@ step train_eager_fp32 python3 -m myops.bench --train --eager --dtype float32 --w
 step train_eager_fp32_aten python3 -m myops.bench --train --eager --dtype float32 --workloads "$FAMILY,L2_19,L2_11" \
   --option aten_training=always
 step demos bash -c "cd compile_demos && python3 architectures_demo.py --dtype bfloat16 && python3 architectures_demo.py --dtype float32"
+# a measured bf16 DCGAN training step that failed Inductor's stride check (see the script)
+step measured_training_repro python3 scripts/measured_training_repro.py
 # the same under the measured selection (whether it can be the CUDA default: every architecture >= 1.0x)
 step demos_measured bash -c "cd compile_demos && python3 architectures_demo.py --dtype bfloat16 --measure && python3 architectures_demo.py --dtype float32 --measure"
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
