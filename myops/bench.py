@@ -3,7 +3,7 @@ the norm + activation family's chains: torch.compile with the myops rewrite).
 
 Each row times the three side by side in one process (CUDA events on a GPU, median of many runs
 after warm-up, the three timed in turn, one call each per round) and reports each one's error
-against a float64 reference, and on a GPU each one's peak memory. ``--train`` times a training
+against a float64 reference, and each one's peak memory. ``--train`` times a training
 step instead (forward and backward: the gradients of the input and of every parameter), the
 chains' myops row then being torch.compile with the rewrite against plain torch.compile;
 ``--eager`` makes every chain's myops row its ``myops.nn`` module in eager mode. ``--sweep`` times
@@ -39,10 +39,14 @@ def _reference(case, device):
 
 
 def _peak_mib(fn, device):
-    """The memory fn allocates at its peak beyond what was allocated before it (CUDA), in MiB."""
+    """The memory fn allocates at its peak beyond what was allocated before it, in MiB: from CUDA's
+    allocator statistics; on the CPU from the profiler's allocation events, summed in order (an
+    extra, profiled call); None elsewhere."""
+    gc.collect()
+    if device == "cpu":
+        return _cpu_peak_mib(fn)
     if device != "cuda":
         return None
-    gc.collect()
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -51,15 +55,30 @@ def _peak_mib(fn, device):
     return (torch.cuda.max_memory_allocated() - before) / 2 ** 20
 
 
+def _cpu_peak_mib(fn):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    allocations = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                         key=lambda e: e.start_ns())
+    held = peak = 0
+    for event in allocations:
+        held += event.nbytes()
+        peak = max(peak, held)
+    return peak / 2 ** 20
+
+
 def _training_step(forward, module, x, grad_out):
     """One training step of forward: the gradients of x and of every parameter of module, reset first."""
-    params = [p for p in module.parameters() if p.requires_grad]
-
     def step():
-        for t in (x, *params):
-            t.grad = None
+        _clear_grads(module, x)
         forward(x).backward(grad_out)
     return step
+
+
+def _clear_grads(module, x):
+    for t in (x, *module.parameters()):
+        t.grad = None
 
 
 def _reference_input_grad(case, grad_out):
@@ -91,6 +110,7 @@ def run_workload(name, device, dtype, compile_inductor, reps, train=False, eager
             fns[label]()
             results[f"{label}_grad_rel_l2"] = _errors(x.grad, grad_ref)[1]
         for label, fn in fns.items():
+            _clear_grads(case.module, x)  # (each from no gradient held, not the previous row's)
             results[f"{label}_peak_mib"] = _peak_mib(fn, device)
         times = median_ms_each(fns, device, warmup=3, reps=reps)
     else:
@@ -131,7 +151,8 @@ def _table(rows):
         if "myops_grad_rel_l2" in r:
             cells += [f"{r['myops_grad_rel_l2']:.2e}", f"{r['eager_grad_rel_l2']:.2e}"]
         if peaks:
-            cells += [f"{r[c + '_peak_mib']:.0f}" for c in present]
+            cells += [f"{r[c + '_peak_mib']:.0f}" if r[c + "_peak_mib"] >= 10 else f"{r[c + '_peak_mib']:.1f}"
+                      for c in present]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
