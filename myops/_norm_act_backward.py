@@ -79,14 +79,9 @@ class ConvNormActOfBatchStats(torch.autograd.Function):
         return y
 
     @staticmethod
-    def _take_intermediates(ctx, input, conv_weight, conv_bias):
-        """(conv, out), released from ctx; recomputed where a backward already released them."""
-        if ctx.intermediates is not None:
-            conv, out = ctx.intermediates
-            ctx.intermediates = None
-            return conv, out
+    def _conv_and_pre(input, conv_weight, conv_bias, conv_args, pre):
+        """(conv, pre(conv)) in torch ops: differentiable, and what a released node recomputes."""
         from .norm_act import activation_fn
-        conv_args, pre = ctx.conv
         conv = F.conv_transpose2d(input, conv_weight, conv_bias, *conv_args)
         return conv, activation_fn(*pre)(conv)
 
@@ -98,16 +93,16 @@ class ConvNormActOfBatchStats(torch.autograd.Function):
         wanted = [needs[0], needs[1], needs[2] and conv_bias is not None, needs[3] and weight is not None,
                   needs[4] and bias is not None]
         if torch.is_grad_enabled():  # double backward: torch ops, differentiable
-            from .norm_act import activation_fn
-            ctx.intermediates = None
+            _released(ctx)
             norm_act = _norm_act_chain(*ctx.args)
 
             def chain(input, conv_weight, conv_bias, weight, bias):
-                return norm_act(activation_fn(*pre)(F.conv_transpose2d(input, conv_weight, conv_bias, *conv_args)),
-                                weight, bias)
+                return norm_act(ConvNormActOfBatchStats._conv_and_pre(input, conv_weight, conv_bias, conv_args,
+                                                                      pre)[1], weight, bias)
             grads = _grads_of(chain, (input, conv_weight, conv_bias, weight, bias), grad, wanted)
         else:
-            conv, out = ConvNormActOfBatchStats._take_intermediates(ctx, input, conv_weight, conv_bias)
+            conv, out = _released(ctx) or ConvNormActOfBatchStats._conv_and_pre(input, conv_weight, conv_bias,
+                                                                                conv_args, pre)
             g_out, gw, gb = _norm_act_grads(grad, out, mean, var, weight, bias, y, *ctx.args,
                                             [any(wanted[:3]), wanted[3], wanted[4]])
             if _needs_pre_activation(*pre[:2]):  # pre's backward reads its input, not out
@@ -122,6 +117,13 @@ class ConvNormActOfBatchStats(torch.autograd.Function):
                                              conv_bias.shape[0], conv_args, wanted[:3])
             grads = (gi, g_cw, g_cb, gw, gb)
         return (*grads, None, None, None, None, None, None, None, None, None, None, None)
+
+
+def _released(ctx):
+    """The intermediates forward left on ctx, dropped from it (so that backward frees each once
+    read); None where a backward through the retained graph already took them."""
+    intermediates, ctx.intermediates = ctx.intermediates, None
+    return intermediates
 
 
 def _norm_act_grads(grad, out, mean, var, weight, bias, y, eps, num_groups, activation, negative_slope, approximate,
@@ -194,17 +196,17 @@ class BatchNormChainOfBatchStats(torch.autograd.Function):
         needs = ctx.needs_input_grad
         wanted = [needs[0], needs[3] and bn_weight is not None, needs[4] and bn_bias is not None,
                   needs[5] and gn_weight is not None, needs[6] and gn_bias is not None]
-        intermediates, ctx.intermediates = ctx.intermediates, None
         if torch.is_grad_enabled():  # double backward: torch ops, differentiable
+            _released(ctx)
+
             def chain(out, bn_weight, bn_bias, gn_weight, gn_bias):
                 z = F.batch_norm(out, None, None, bn_weight, bn_bias, True, 0.0, bn_eps)
                 return group_norm(F.max_pool2d(torch.tanh(z), *pool_args), num_groups, gn_weight, gn_bias, gn_eps)
             g_x, g_bn_w, g_bn_b, g_gn_w, g_gn_b = _grads_of(chain, (out, bn_weight, bn_bias, gn_weight, gn_bias),
                                                               grad, wanted)
             return g_x, None, None, g_bn_w, g_bn_b, g_gn_w, g_gn_b, None, None, None, None
-        act, pooled, indices = intermediates or BatchNormChainOfBatchStats._tail_inputs(
+        act, pooled, indices = _released(ctx) or BatchNormChainOfBatchStats._tail_inputs(
             out, mean, var, bn_weight, bn_bias, bn_eps, pool_args)
-        del intermediates
         g_pooled, g_gn_w, g_gn_b = _group_norm_grads_of_stats(grad, pooled, gn_mean, gn_rstd, gn_weight, num_groups,
                                                          [any(wanted[:3]), wanted[3], wanted[4]])
         del pooled

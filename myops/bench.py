@@ -151,10 +151,13 @@ def _table(rows):
         if "myops_grad_rel_l2" in r:
             cells += [f"{r['myops_grad_rel_l2']:.2e}", f"{r['eager_grad_rel_l2']:.2e}"]
         if peaks:
-            cells += [f"{r[c + '_peak_mib']:.0f}" if r[c + "_peak_mib"] >= 10 else f"{r[c + '_peak_mib']:.1f}"
-                      for c in present]
+            cells += [_mib(r[c + "_peak_mib"]) for c in present]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _mib(v: float) -> str:
+    return f"{v:.0f}" if v >= 10 else f"{v:.1f}"  # (CPU-size rows hold a few MiB)
 
 
 def main(argv=None):
