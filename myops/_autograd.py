@@ -12,6 +12,7 @@ memory saving survives training.
 import math
 
 import torch
+import torch._prims_common as prims_common
 
 from . import _C
 
@@ -78,8 +79,23 @@ def _conv_grads(grad_conv, input, weight, bias_len, conv_args, mask):
     stride, padding, output_padding, groups, dilation = conv_args
     bias_sizes = None if bias_len is None else [bias_len]
     return aten.convolution_backward(
-        grad_conv, input, weight, bias_sizes, stride, padding, dilation, True, output_padding, groups,
+        grad_conv, _canonical_strides(input), _canonical_strides(weight), bias_sizes, stride, padding, dilation,
+        True, output_padding, groups,
         [mask[0], mask[1], mask[2] and bias_len is not None])
+
+
+def _canonical_strides(t):
+    """t, or a view of it whose size-1 dimensions have the strides of its memory format.
+    cuDNN picks the gradients' memory format from the input's and weight's strides, size-1
+    dimensions included; torch.compile treats those strides as free, so its prediction of the
+    gradients' layout and the kernel's could differ (e.g. a [N, C, 1, 1] latent)."""
+    if t.dim() != 4 or 1 not in t.shape[1:]:
+        return t
+    for memory_format, strides_for in ((torch.contiguous_format, prims_common.make_contiguous_strides_for),
+                                       (torch.channels_last, prims_common.make_channels_last_strides_for)):
+        if t.is_contiguous(memory_format=memory_format):
+            return t.as_strided(t.shape, strides_for(t.shape), t.storage_offset())
+    return t
 
 
 def _group_norm_grads(grad, x, num_groups, gamma, eps, mask):

@@ -214,3 +214,18 @@ def test_gradgradcheck_every_op(device):
     torch.manual_seed(0)
     for name, fn, inputs in _double_backward_cases(device):
         assert torch.autograd.gradgradcheck(fn, inputs, fast_mode=True), name
+
+
+def test_conv_weight_gradient_layout_ignores_size_one_strides():
+    """A [N, C, 1, 1] latent has two valid stride sets; torch.compile may hand the kernel one and
+    its layout prediction the other. The formula's conv backward predicts the same gradient
+    layout from both (the predicted and the real layout then agree)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from myops._autograd import _conv_grads
+    conv_args = ((1, 1), (0, 0), (0, 0), 1, (1, 1))
+    with FakeTensorMode():
+        weight = torch.empty(16, 32, 4, 4)
+        grad = torch.empty(8, 32, 4, 4).contiguous(memory_format=torch.channels_last)
+        latents = [torch.empty(8, 16, 1, 1), torch.empty_strided((8, 16, 1, 1), (16, 1, 16, 16))]
+        layouts = {_conv_grads(grad, z, weight, None, conv_args, [True, True, False])[1].stride() for z in latents}
+    assert len(layouts) == 1, layouts
