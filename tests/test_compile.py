@@ -371,24 +371,29 @@ aten.add.Tensor""")
 
 
 
-def test_export_and_aot_inductor_package(tmp_path):
-    # Child processes: a native crash while loading a package must fail this test, not the run.
-    # The plain control (no myops op) runs first: where AOTInductor cannot load even that model
-    # (the torch 2.11 GPU image: its generated wrapper crashes in std::regex), the test skips
-    # with the control's status instead of blaming myops.
+@pytest.mark.parametrize("device", DEVICES)
+def test_export_and_aot_inductor_package(tmp_path, device):
+    # The package is built in one child process and loaded in another (a fresh process, as a
+    # deployment loads it); a native crash there fails this test, not the run. The plain control
+    # (no myops op) runs first: where AOTInductor cannot load even that model (the torch 2.11 GPU
+    # image: its generated CPU wrapper crashes in std::regex), the test skips with the control's
+    # status instead of blaming myops.
     import os
     import subprocess
     import sys
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
     scripts = os.path.join(root, "scripts")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    control = subprocess.run([sys.executable, os.path.join(scripts, "aoti_control.py")],
-                             capture_output=True, text=True, timeout=600, env=env)
+
+    def child(*args):
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, env=env)
+    control = child(os.path.join(scripts, "aoti_control.py"), device)
     if control.returncode != 0 or "plain AOTI OK" not in control.stderr:
         pytest.skip(f"AOTInductor fails here without myops too (plain control exit {control.returncode})")
-    proc = subprocess.run([sys.executable, os.path.join(scripts, "aoti_myops_case.py"), str(tmp_path / "model.pt2")],
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0 and "AOTI OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+    package = str(tmp_path / "model.pt2")
+    for phase in ("package", "load"):
+        proc = child(os.path.join(scripts, "aoti_myops_case.py"), phase, package, device)
+        assert proc.returncode == 0 and f"AOTI {phase} OK" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)
