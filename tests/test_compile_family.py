@@ -122,6 +122,33 @@ def check_architecture(name, training, device):
             assert torch.equal(b, ref_buffers[key]), key
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precision", ["autocast", "bfloat16_model"])
+@pytest.mark.parametrize("name", ["dcgan", "pix2pix_unet", "decoder_upsampler"])
+def test_16_bit_training_rewrites_and_matches_eager(name, precision, device):
+    # a training step in bfloat16, under autocast or with the model cast: the same chains
+    # rewritten as in float32, outputs and gradients as eager PyTorch's in the same precision
+    make, shape, _, _ = _cases()[name]
+    torch.manual_seed(0)
+    model = make().to(device)
+    x = torch.randn(shape, device=device)
+    if precision == "bfloat16_model":
+        model, x = model.to(torch.bfloat16), x.to(torch.bfloat16)
+    eager = copy.deepcopy(model)
+    mc.enable(devices=None)
+    compiled = torch.compile(model, fullgraph=True)
+    for step in range(2):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "autocast"):
+            out, ref = compiled(x), eager(x)
+        _close(out.float(), ref.float(), 5e-2)
+        out.float().square().mean().backward()
+        ref.float().square().mean().backward()
+    assert _rewritten() == _expected(name, True, device), name
+    ref_params = dict(eager.named_parameters())
+    for key, p in model.named_parameters():
+        _close(p.grad.float(), ref_params[key].grad.float(), 1e-1)
+
+
 @pytest.mark.parametrize("name", ["dcgan", "pix2pix_unet", "sagan_block"])
 def test_auto_routes_every_standalone_conv_on_a_routed_device(name, monkeypatch):
     # the CPU taken as a routed device: the default sends each standalone conv to
