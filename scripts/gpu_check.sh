@@ -74,6 +74,10 @@ step train_eager_fp32 python3 -m myops.bench --train --eager --dtype float32 --w
 step train_eager_fp32_aten python3 -m myops.bench --train --eager --dtype float32 --workloads "$FAMILY,L2_19,L2_11" \
   --option aten_training=always
 step demos bash -c "cd compile_demos && python3 architectures_demo.py --dtype bfloat16 && python3 architectures_demo.py --dtype float32"
+# torch.export + AOTInductor with the family's ops on this GPU (packaged in one process, loaded in another)
+step aoti python3 -m pytest tests/test_compile.py -q -p no:cacheprovider -rs -k aot_inductor
+# bf16 training steps of the architectures compiled with the rewrite (autocast and a cast model)
+step train_16_bit python3 -m pytest tests/test_compile_family.py -q -p no:cacheprovider -rf -k "16_bit and cuda"
 # a measured bf16 DCGAN training step that failed Inductor's stride check (see the script)
 step measured_training_repro python3 scripts/measured_training_repro.py
 # the same under the measured selection (whether it can be the CUDA default: every architecture >= 1.0x)
