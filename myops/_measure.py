@@ -37,7 +37,7 @@ def chain_times(candidate: Candidate, tensors, device: str, trained: Tuple[int, 
     if tensors[0].dim() == 4:
         forms["channels_last"] = [t.contiguous(memory_format=torch.channels_last) for t in tensors[:2]] + list(
             tensors[2:])
-    calls = {f"{kind} {name}": _timed_call(fn, ts, trained) for name, ts in forms.items()
+    calls = {(kind, name): _timed_call(fn, ts, trained) for name, ts in forms.items()
              for kind, fn in (("fused", candidate.fused), ("chain", candidate.reference))}
     try:
         fns = {key: functools.partial(_inductor_compiled(fn, args), *args) for key, (fn, args) in calls.items()}
@@ -46,8 +46,8 @@ def chain_times(candidate: Candidate, tensors, device: str, trained: Tuple[int, 
                     "in eager mode instead", candidate.pattern, type(e).__name__, e)
         fns = {key: functools.partial(fn, *args) for key, (fn, args) in calls.items()}
     times = median_ms_each(fns, device, warmup=2, reps=5)
-    return (max(ms for label, ms in times.items() if label.startswith("fused")),
-            min(ms for label, ms in times.items() if label.startswith("chain")))
+    return (max(ms for (kind, _), ms in times.items() if kind == "fused"),
+            min(ms for (kind, _), ms in times.items() if kind == "chain"))
 
 
 def _timed_call(fn, tensors, trained: Tuple[int, ...]):

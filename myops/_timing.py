@@ -1,7 +1,7 @@
 """Median wall time of callables: CUDA events on a GPU, perf_counter on the CPU."""
 import statistics
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Hashable
 
 import torch
 
@@ -19,7 +19,7 @@ def _time_once_ms(fn, device: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def _warm_up(fns: Dict[str, Callable], device: str, warmup: int) -> None:
+def _warm_up(fns: Dict[Hashable, Callable], device: str, warmup: int) -> None:
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -27,7 +27,8 @@ def _warm_up(fns: Dict[str, Callable], device: str, warmup: int) -> None:
         torch.cuda.synchronize()
 
 
-def median_ms_each(fns: Dict[str, Callable], device: str, warmup: int = 3, reps: int = 20) -> Dict[str, float]:
+def median_ms_each(fns: Dict[Hashable, Callable], device: str, warmup: int = 3,
+                   reps: int = 20) -> Dict[Hashable, float]:
     """The median time of each callable, timed in rounds of one call each, in turn: a drift of the
     device's speed during the run (clocks, temperature) then falls on all of them alike instead of
     on whichever is timed last (the same kernels can run a few percent slower after other timings
@@ -40,7 +41,8 @@ def median_ms_each(fns: Dict[str, Callable], device: str, warmup: int = 3, reps:
     return {label: statistics.median(t) for label, t in times.items()}
 
 
-def queued_median_ms_each(fns: Dict[str, Callable], device: str, warmup: int = 3, reps: int = 20) -> Dict[str, float]:
+def queued_median_ms_each(fns: Dict[Hashable, Callable], device: str, warmup: int = 3,
+                          reps: int = 20) -> Dict[Hashable, float]:
     """As median_ms_each, but with the calls queued back to back on the GPU (events around each
     call, one synchronisation at the end, as triton.testing.do_bench times): each call's time is
     then its GPU time wherever the host issues calls faster than the GPU runs them, as in a

@@ -27,7 +27,7 @@ class CallsSeedOps(nn.Module):
 
 
 def models(device):
-    """(the model with myops, the same computation in PyTorch's own modules)."""
+    """(the model with myops, the same computation in PyTorch's own modules, an input)."""
     torch.manual_seed(0)
     seed = CallsSeedOps()
     bn_chain = [nn.ConvTranspose2d(6, 8, 4, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU()]

@@ -601,7 +601,8 @@ def test_measured_fused_op_takes_its_slower_layout_and_the_chain_its_faster(monk
         return fn
 
     candidate = myops._fx_match.Candidate("chain", [], recording("fused"), recording("chain"))
-    times = {"fused as_given": 2.5, "fused channels_last": 3.0, "chain as_given": 2.0, "chain channels_last": 1.0}
+    times = {("fused", "as_given"): 2.5, ("fused", "channels_last"): 3.0, ("chain", "as_given"): 2.0,
+             ("chain", "channels_last"): 1.0}
     monkeypatch.setattr(myops._measure, "median_ms_each", lambda fns, *a, **k: {
         label: (fn(), times[label])[1] for label, fn in fns.items()})
     x, w = torch.randn(2, 4, 5, 5), torch.randn(4, 6, 3, 3)
