@@ -109,6 +109,21 @@ def test_cpu_channels_last_kernels_random_configs(layout, dtype):
         check_random_configs(random.Random(5), 30, random_conv_config, dtype, "cpu")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 40, 17, 9), (1, 16, 16, 16), (3, 33, 5, 70)])
+def test_cpu_layout_copies_are_exact(shape, dtype):
+    # an NCHW input forced through the channels-last kernels: the tiled layout copies on both sides
+    # of the conv (edge tiles included) give the bits of the channels-last input's copy-free call
+    x = torch.randn(shape).to(dtype)
+    w = torch.randn(shape[1], 24, 3, 3).to(dtype)
+    with myops.backends.options(cpu_channels_last="always"):
+        out = myops.conv_transpose2d(x, w, stride=2, padding=1)
+    out_cl = myops.conv_transpose2d(x.contiguous(memory_format=torch.channels_last), w, stride=2, padding=1)
+    assert out.is_contiguous() and out_cl.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out, out_cl)
+    assert_matches(out, F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1), tolerance(dtype, "cpu"))
+
+
 def test_cpu_layout_choice_is_timed_once_and_explained():
     x, w = torch.randn(2, 16, 12, 10), torch.randn(16, 8, 3, 3)
     with myops.backends.options(cpu_channels_last="auto"):

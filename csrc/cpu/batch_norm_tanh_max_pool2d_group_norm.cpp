@@ -14,6 +14,7 @@
 #include "cpu/cpu_kernels.h"
 #include "cpu/elementwise.h"
 #include "cpu/group_norm_groups.h"
+#include "cpu/layout_copy.h"
 #include "shapes.h"
 
 namespace myops {
@@ -100,7 +101,7 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cpu(
     group_norm_groups<compute_t, scalar_t>(pooled, out, num_groups, gn_weight, gn_bias, gn_eps,
                                            [](compute_t*, int64_t) {});
   });
-  return out.contiguous(output_memory_format(input));
+  return to_memory_format(out, output_memory_format(input));
 }
 
 TORCH_LIBRARY_IMPL(myops, CPU, m) {

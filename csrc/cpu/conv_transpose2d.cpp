@@ -10,6 +10,7 @@
 #include "common/options.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/layout_choice.h"
+#include "cpu/layout_copy.h"
 #include "shapes.h"
 
 namespace myops {
@@ -80,9 +81,9 @@ at::Tensor aten_conv(const at::Tensor& input, const at::Tensor& weight, const st
   const auto ct = compute_dtype(input.scalar_type());
   const at::Tensor b = bias.has_value() ? bias->to(ct) : at::Tensor();
   const at::Tensor w = format == at::MemoryFormat::ChannelsLast ? weight.to(ct) : weight.to(ct).contiguous();
-  return at::conv_transpose2d(input.to(ct).contiguous(format), w, b, {p.sH, p.sW}, {p.pH, p.pW}, {p.opH, p.opW},
-                              p.groups, {p.dH, p.dW})
-      .contiguous(format);
+  return to_memory_format(at::conv_transpose2d(to_memory_format(input.to(ct), format), w, b, {p.sH, p.sW}, {p.pH, p.pW},
+                                              {p.opH, p.opW}, p.groups, {p.dH, p.dW}),
+                          format);
 }
 
 }  // namespace
@@ -100,12 +101,13 @@ at::Tensor conv_transpose2d_in_layout(const at::Tensor& input, const at::Tensor&
                                      const std::optional<at::Tensor>& bias, const ConvTranspose2dParams& p) {
   const at::MemoryFormat format = output_memory_format(input);
   if (option(Option::CpuReference) != 0 || p.N == 0)
-    return conv_transpose2d_compute(input, weight, bias, p).contiguous(format);
+    return to_memory_format(conv_transpose2d_compute(input, weight, bias, p), format);
   // oneDNN's NHWC kernels on the input where it lies: faster than its NCHW ones, and no transposes
   if (format == at::MemoryFormat::ChannelsLast) return aten_conv(input, weight, bias, p, format);
   // an NCHW input: its NHWC kernels between two layout copies where they were timed faster
   const auto run = [&](bool channels_last) {
-    return channels_last ? aten_conv(input, weight, bias, p, at::MemoryFormat::ChannelsLast).contiguous()
+    return channels_last ? to_memory_format(aten_conv(input, weight, bias, p, at::MemoryFormat::ChannelsLast),
+                                             at::MemoryFormat::Contiguous)
                          : aten_conv(input, weight, bias, p, at::MemoryFormat::Contiguous);
   };
   const bool channels_last =
@@ -122,9 +124,8 @@ at::Tensor conv_transpose2d_cpu(const at::Tensor& input, const at::Tensor& weigh
                                 c10::SymInt groups, c10::SymIntArrayRef dilation) {
   const ConvTranspose2dParams p = check_conv_transpose2d(
       "conv_transpose2d", input, weight, bias, stride, padding, output_padding, groups, dilation);
-  return conv_transpose2d_in_layout(input, weight, bias, p)
-      .to(input.scalar_type())
-      .contiguous(output_memory_format(input));
+  return to_memory_format(conv_transpose2d_in_layout(input, weight, bias, p).to(input.scalar_type()),
+                          output_memory_format(input));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "aten_activation.h"
 #include "cpu/cpu_kernels.h"
+#include "cpu/layout_copy.h"
 #include "cpu/norm_stats.h"
 #include "shapes.h"
 
@@ -26,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_act_stats_cpu(
   const at::Tensor conv = conv_transpose2d_in_layout(input, weight, bias, a.conv);
   const at::Tensor out = aten_activation(conv, a.act, negative_slope, a.approx).to(input.scalar_type());
   auto [mean, var] = cpu_norm_stats(out, a.stats, num_groups);
-  return {out.contiguous(output_memory_format(input)), mean, var};
+  return {to_memory_format(out, output_memory_format(input)), mean, var};
 }
 
 }  // namespace

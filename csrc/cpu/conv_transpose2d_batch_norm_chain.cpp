@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/layout_copy.h"
 #include "shapes.h"
 
 namespace myops {
@@ -37,7 +38,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_batch_norm_tanh_
   at::Tensor y = batch_norm_tanh_max_pool2d_group_norm_cpu(
       out, training ? batch_mean : *mean, training ? batch_var : *var, bn_weight, bn_bias, bn_eps, kernel_size,
       pool_stride, pool_padding, pool_dilation, num_groups, gn_weight, gn_bias, gn_eps);
-  return {y.contiguous(output_memory_format(input)), batch_mean, batch_var};
+  return {to_memory_format(y, output_memory_format(input)), batch_mean, batch_var};
 }
 
 }  // namespace

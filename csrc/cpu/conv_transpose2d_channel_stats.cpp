@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/layout_copy.h"
 #include "cpu/norm_stats.h"
 #include "shapes.h"
 
@@ -26,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_channel_stats_cp
   const at::Tensor conv = conv_transpose2d_compute(input, weight, bias, p);
   const at::Tensor out = conv.to(input.scalar_type());  // the stored values define the statistics
   auto [mean, var] = cpu_norm_stats(out, NormStats::Channel, 1);
-  return {out.contiguous(output_memory_format(input)), mean, var};
+  return {to_memory_format(out, output_memory_format(input)), mean, var};
 }
 
 TORCH_LIBRARY_IMPL(myops, CPU, m) {

@@ -10,6 +10,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "cpu/group_norm_groups.h"
+#include "cpu/layout_copy.h"
 #include "shapes.h"
 
 namespace myops {
@@ -36,7 +37,7 @@ at::Tensor conv_transpose2d_gelu_group_norm_cpu(
         conv, out, num_groups, gn_weight, gn_bias, eps,
         [approx](compute_t* slice, int64_t n) { gelu_span(slice, slice, n, approx); });
   });
-  return out.contiguous(output_memory_format(input));
+  return to_memory_format(out, output_memory_format(input));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats_cpu(
@@ -59,11 +60,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_transpose2d_gelu_group_stats
   const auto stats_dtype = compute_dtype(input.scalar_type());
   if (p.N == 0) {
     const at::Tensor none = at::empty({0, num_groups}, input.options().dtype(stats_dtype));
-    return {act.contiguous(output_memory_format(input)), none, none.clone()};
+    return {to_memory_format(act, output_memory_format(input)), none, none.clone()};
   }
   const auto [var, mean] =
       at::var_mean(act.reshape({p.N, num_groups, p.C_out / num_groups * p.OH * p.OW}).to(at::kDouble), {2}, 0, false);
-  return {act.contiguous(output_memory_format(input)), mean.to(stats_dtype), (var + eps).rsqrt().to(stats_dtype)};
+  return {to_memory_format(act, output_memory_format(input)), mean.to(stats_dtype), (var + eps).rsqrt().to(stats_dtype)};
 }
 
 }  // namespace

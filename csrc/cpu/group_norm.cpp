@@ -4,6 +4,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "cpu/group_norm_groups.h"
+#include "cpu/layout_copy.h"
 #include "shapes.h"
 
 namespace myops {
@@ -19,7 +20,7 @@ at::Tensor group_norm_cpu(const at::Tensor& input, int64_t num_groups,
     group_norm_groups<scalar_t, scalar_t>(x, out, num_groups, weight, bias, eps,
                                           [](scalar_t*, int64_t) {});
   });
-  return out.contiguous(output_memory_format(input));
+  return to_memory_format(out, output_memory_format(input));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/elementwise.h"
+#include "cpu/layout_copy.h"
 #include "shapes.h"  // compute_dtype
 
 namespace myops {
@@ -111,7 +112,7 @@ std::pair<at::Tensor, at::Tensor> cpu_norm_stats(const at::Tensor& out, NormStat
     return {empty, empty.clone()};
   }
   const bool nhwc = out.dim() == 4 && !out.is_contiguous() && out.is_contiguous(at::MemoryFormat::ChannelsLast);
-  const at::Tensor x = nhwc ? out : out.contiguous();
+  const at::Tensor x = nhwc ? out : to_memory_format(out, at::MemoryFormat::Contiguous);
   const bool channel = stats == NormStats::Channel;
   at::Tensor mean = at::empty(channel ? std::vector<int64_t>{x.size(1)} : std::vector<int64_t>{x.size(0), num_groups},
                               x.options().dtype(stat_dtype));
