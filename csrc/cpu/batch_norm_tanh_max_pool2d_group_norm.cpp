@@ -91,7 +91,7 @@ at::Tensor batch_norm_tanh_max_pool2d_group_norm_cpu(
       kOp, input, mean, var, bn_weight, bn_bias, kernel_size, pool_stride, pool_padding, pool_dilation,
       num_groups, gn_weight, gn_bias);
   const int64_t C = input.size(1);
-  const at::Tensor x = input.contiguous();
+  const at::Tensor x = to_memory_format(input, at::MemoryFormat::Contiguous);
   const auto [scale, shift] = fold_batch_norm(mean, var, bn_weight, bn_bias, bn_eps);
   at::Tensor pooled = at::empty({x.size(0), C, q.PH, q.PW}, x.options().dtype(compute_dtype(x.scalar_type())));
   at::Tensor out = at::empty(pooled.sizes(), x.options());

@@ -14,7 +14,7 @@ at::Tensor group_norm_cpu(const at::Tensor& input, int64_t num_groups,
                           const std::optional<at::Tensor>& weight,
                           const std::optional<at::Tensor>& bias, double eps) {
   check_group_norm("group_norm", input, num_groups, weight, bias);
-  const at::Tensor x = input.contiguous();
+  const at::Tensor x = to_memory_format(input, at::MemoryFormat::Contiguous);
   at::Tensor out = at::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "myops::group_norm (CPU)", [&] {
     group_norm_groups<scalar_t, scalar_t>(x, out, num_groups, weight, bias, eps,

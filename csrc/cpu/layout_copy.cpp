@@ -5,13 +5,15 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cpu/vec_kernels.h"
+
 namespace myops {
 namespace {
 
-constexpr int64_t kTile = 32;
+constexpr int64_t kTile = vec::kTransposeTile;
 
-// dst[b][c][r] = src[b][r][c] for `batches` rows x cols matrices: in kTile x kTile tiles, so that
-// the strided side of each tile stays in cache; T is any type of the element's size.
+// dst[b][c][r] = src[b][r][c] for `batches` rows x cols matrices, in kTile x kTile tiles, so that
+// the strided side of each tile stays in cache; T: an unsigned integer of the element's size.
 template <typename T>
 void transpose_batched(const T* src, T* dst, int64_t batches, int64_t rows, int64_t cols) {
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
@@ -19,14 +21,7 @@ void transpose_batched(const T* src, T* dst, int64_t batches, int64_t rows, int6
   at::parallel_for(0, batches * row_tiles, grain, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t b = t / row_tiles, r0 = (t % row_tiles) * kTile, r1 = std::min(rows, r0 + kTile);
-      const T* s = src + b * rows * cols;
-      T* d = dst + b * rows * cols;
-      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-        for (int64_t c = c0, c1 = std::min(cols, c0 + kTile); c < c1; ++c) {
-          T* d_c = d + c * rows;
-          for (int64_t r = r0; r < r1; ++r) d_c[r] = s[r * cols + c];
-        }
-      }
+      vec::transpose_rows(src + b * rows * cols, dst + b * rows * cols, rows, cols, r0, r1);
     }
   });
 }
@@ -51,7 +46,6 @@ at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format) {
   const bool to_nhwc = format == at::MemoryFormat::ChannelsLast;
   const int64_t rows = to_nhwc ? C : HW, cols = to_nhwc ? HW : C;
   switch (t.element_size()) {
-    case 1: transpose_as<uint8_t>(t, out, N, rows, cols); break;
     case 2: transpose_as<uint16_t>(t, out, N, rows, cols); break;
     case 4: transpose_as<uint32_t>(t, out, N, rows, cols); break;
     case 8: transpose_as<uint64_t>(t, out, N, rows, cols); break;

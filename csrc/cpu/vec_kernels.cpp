@@ -1,5 +1,7 @@
 #include "cpu/vec_kernels.h"
 
+#include <algorithm>
+
 #include "cpu/vec_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -105,6 +107,37 @@ CPU_MULTIVERSION void normalize_act_f32(const float* x, float* y, int64_t n, con
       return normalize_act_loop(x, y, n, mean, scale, shift, per_element,
                                 [](float v) { return 1.0f / (1.0f + exp_f32(-v)); });
   }
+}
+
+namespace {
+
+template <typename T>
+VEC_ALWAYS_INLINE void transpose_rows_loop(const T* src, T* dst, int64_t rows, int64_t cols, int64_t r0,
+                                           int64_t r1) {
+  for (int64_t c0 = 0; c0 < cols; c0 += kTransposeTile) {
+    for (int64_t c = c0, c1 = std::min(cols, c0 + kTransposeTile); c < c1; ++c) {
+      T* dst_c = dst + c * rows;
+#pragma omp simd
+      for (int64_t r = r0; r < r1; ++r) dst_c[r] = src[r * cols + c];
+    }
+  }
+}
+
+}  // namespace
+
+CPU_MULTIVERSION void transpose_rows(const uint16_t* src, uint16_t* dst, int64_t rows, int64_t cols, int64_t r0,
+                                     int64_t r1) {
+  transpose_rows_loop(src, dst, rows, cols, r0, r1);
+}
+
+CPU_MULTIVERSION void transpose_rows(const uint32_t* src, uint32_t* dst, int64_t rows, int64_t cols, int64_t r0,
+                                     int64_t r1) {
+  transpose_rows_loop(src, dst, rows, cols, r0, r1);
+}
+
+CPU_MULTIVERSION void transpose_rows(const uint64_t* src, uint64_t* dst, int64_t rows, int64_t cols, int64_t r0,
+                                     int64_t r1) {
+  transpose_rows_loop(src, dst, rows, cols, r0, r1);
 }
 
 }  // namespace vec

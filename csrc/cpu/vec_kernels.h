@@ -24,6 +24,12 @@ void normalize_f32(const float* x, float* y, int64_t n, float mean, float scale,
 void normalize_act_f32(const float* x, float* y, int64_t n, const float* mean, const float* scale,
                        const float* shift, bool per_element, Activation act, float negative_slope,
                        GeluApprox approx);
+// rows [r0, r1) of a rows x cols matrix of 2-, 4- or 8-byte elements transposed into dst (cols x
+// rows), in tiles of kTransposeTile columns (a layout copy: layout_copy.cpp)
+constexpr int64_t kTransposeTile = 32;
+void transpose_rows(const uint16_t* src, uint16_t* dst, int64_t rows, int64_t cols, int64_t r0, int64_t r1);
+void transpose_rows(const uint32_t* src, uint32_t* dst, int64_t rows, int64_t cols, int64_t r0, int64_t r1);
+void transpose_rows(const uint64_t* src, uint64_t* dst, int64_t rows, int64_t cols, int64_t r0, int64_t r1);
 
 }  // namespace vec
 }  // namespace myops
