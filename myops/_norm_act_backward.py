@@ -17,14 +17,14 @@ from .backends import get_option
 def takes(out: Tensor, *params: Optional[Tensor]) -> bool:
     """Whether an eager call's normalisation takes NormActOfBatchStats / BatchNormChainOfBatchStats
     (or standalone group_norm ATen's): a gradient is recorded, on a device the option aten_training
-    names ('auto': the CPU, until the CUDA suite has run it on a GPU), float32 / float64 with
+    names ('auto': the CPU and CUDA), float32 / float64 with
     parameters of out's dtype (aten's norm backward kernels then take them as they are)."""
     tensors = [t for t in (out, *params) if t is not None]
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
             and out.dtype in (torch.float32, torch.float64) and all(t.dtype == out.dtype for t in tensors)):
         return False
     choice = get_option("aten_training")
-    return choice == "always" or (choice == "auto" and out.device.type == "cpu")
+    return choice == "always" or (choice == "auto" and out.device.type in ("cpu", "cuda"))
 
 
 class NormActOfBatchStats(torch.autograd.Function):

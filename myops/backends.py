@@ -59,8 +59,8 @@ OPTIONS = {
                                 "under torch.use_deterministic_algorithms), 'never', 'always'"),
     "aten_training": (_TRI, "eager training (float32 / 64): what follows the conv in the family and the BatchNorm "
                             "chain, and standalone group_norm (and, on the CPU, gelu), by ATen's ops and fused norm "
-                            "backward, which keep what backward needs: 'auto' (on the CPU), 'never' (the ops and "
-                            "their formulas), 'always' (every device)"),
+                            "backward, which keep what backward needs: 'auto' (on the CPU and CUDA), 'never' (the ops "
+                            "and their formulas), 'always' (every device)"),
 }
 
 CONV_ENGINES = ("direct", "few_channels", "mma", "wgmma")

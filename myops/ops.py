@@ -170,7 +170,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Optional[Tensor] = None,
         _check_group_values("myops.group_norm", input.shape[0], input.shape[1], num_groups,
                             lambda: input[0, 0].numel())
     if _eager(input) and _norm_act_backward.takes(input, weight, bias):
-        # eager CPU training: aten's GroupNorm keeps its statistics for backward (the op's formula
+        # eager training: aten's GroupNorm keeps its statistics for backward (the op's formula
         # recomputes them), the checks and error messages the op's
         _shapes.check_group_norm(input, num_groups, weight, bias)
         return _norm_act_backward.group_norm(input, num_groups, weight, bias, eps)

@@ -66,13 +66,13 @@ step family_fp32 python3 -m myops.bench --dtype float32 --workloads "$FAMILY,L2_
 step family_bf16 python3 -m myops.bench --dtype bfloat16 --workloads "$FAMILY,L2_19,L2_11"
 step train_fp32 python3 -m myops.bench --train --dtype float32 --workloads "$FAMILY,L2_19,L2_11"
 step train_bf16 python3 -m myops.bench --train --dtype bfloat16 --workloads "$FAMILY,L2_19,L2_11"
-# eager training through the modules, and the same with aten_training=always (ATen's ops and fused
-# norm backward on CUDA too; 'auto' keeps them on the CPU until these steps pass on a GPU)
-step pytest_aten_training python3 -m pytest tests -q -p no:cacheprovider -rf "${workers[@]}" --myops-cuda-only \
-  --myops-option aten_training=always -k "norm_act or bn_chain or test_nn or gradients or errors or gelu_group_norm"
+# eager training through the modules (ATen's ops and fused norm backward after the conv), and the
+# same with aten_training=never (the ops' own formulas)
+step pytest_formula_training python3 -m pytest tests -q -p no:cacheprovider -rf "${workers[@]}" --myops-cuda-only \
+  --myops-option aten_training=never -k "norm_act or bn_chain or test_nn or gradients or errors or gelu_group_norm"
 step train_eager_fp32 python3 -m myops.bench --train --eager --dtype float32 --workloads "$FAMILY,L2_19,L2_11"
-step train_eager_fp32_aten python3 -m myops.bench --train --eager --dtype float32 --workloads "$FAMILY,L2_19,L2_11" \
-  --option aten_training=always
+step train_eager_fp32_formulas python3 -m myops.bench --train --eager --dtype float32 --workloads "$FAMILY,L2_19,L2_11" \
+  --option aten_training=never
 step demos bash -c "cd compile_demos && python3 architectures_demo.py --dtype bfloat16 && python3 architectures_demo.py --dtype float32"
 # torch.export + AOTInductor with the family's ops on this GPU (packaged in one process, loaded in another)
 step aoti python3 -m pytest tests/test_compile.py -q -p no:cacheprovider -rs -k aot_inductor

@@ -359,17 +359,20 @@ def test_normalize_act_bad_arguments():
         op(torch.randn(4), p, p, p, "relu", 0.01, "none")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("route", ["auto", "never"])
 @pytest.mark.parametrize("norm,kw", [("batch_norm", {}), ("group_norm", dict(num_groups=3)), ("instance_norm", {})])
-def test_eager_training_backward_takes_the_fused_norm_backward(norm, kw, route):
-    # eager training (float32 on the CPU; option aten_training): the normalisation's backward is
-    # aten's fused one with the statistics' part included, or with 'never' normalize_act's formula
-    # plus the statistics folded into the conv's gradient; gradients as PyTorch's layers' either way
+def test_eager_training_backward_takes_the_fused_norm_backward(norm, kw, route, device, monkeypatch):
+    # eager float32 training (option aten_training): the normalisation's backward is aten's fused
+    # one with the statistics' part included, or with 'never' normalize_act's formula plus the
+    # statistics folded into the conv's gradient; gradients as PyTorch's layers' either way
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # (the reference's conv: exact float32)
     torch.manual_seed(0)
-    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    x = torch.randn(2, 4, 5, 5, device=device, requires_grad=True)
     conv = nn.ConvTranspose2d(4, 6, 4, 2, 1)
     layer = {"batch_norm": nn.BatchNorm2d(6), "group_norm": nn.GroupNorm(3, 6),
              "instance_norm": nn.InstanceNorm2d(6, affine=True)}[norm]
+    conv, layer = conv.to(device), layer.to(device)
     w = torch.rand(6) + 0.5
     with torch.no_grad():
         layer.weight.copy_(w)
